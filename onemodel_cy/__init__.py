@@ -1,0 +1,19 @@
+"""onemodel_cy: the OneModel training data stream, bit for bit, fed by GIL-free Cython kernels.
+
+The batch at global step ``g`` is a pure function of ``(seed, g)`` and the pipeline's
+configuration (§1). See ``docs/contract.md`` for the readings this package implements.
+"""
+from onemodel_cy._rng import STREAMS as _STREAMS, SampleRng, derive, mix
+from onemodel_cy._permute import keyed_permutation, permutation
+from onemodel_cy._samplers import (BucketedSampler, MixingSampler, Sampler, SequentialSampler,
+                                   ShuffledSampler)
+
+globals().update(_STREAMS)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "mix", "derive", "SampleRng", *sorted(_STREAMS),
+    "keyed_permutation", "permutation",
+    "Sampler", "SequentialSampler", "ShuffledSampler", "MixingSampler", "BucketedSampler",
+]

@@ -1,0 +1,168 @@
+"""§2 random numbers: SplitMix64, ``mix``, ``derive`` and ``SampleRng``.
+
+The kernels are inline functions in ``_rng.pxd`` so that the samplers, the collator and
+the datasets call them without the GIL; this module wraps them for Python and adds
+bulk draws (``size=``) that fill an array without the GIL.
+"""
+import operator
+
+cimport numpy as cnp
+import numpy as np
+
+from onemodel_cy._typedefs cimport u64, u32
+
+cnp.import_array()
+
+cdef object MASK64 = (1 << 64) - 1
+
+#: The named streams of §2 and of this package (see docs/contract.md).
+STREAMS = {
+    "STREAM_TRANSFORM": STREAM_TRANSFORM,
+    "STREAM_AUGMENTATION": STREAM_AUGMENTATION,
+    "STREAM_SYNTH_SHAPE": STREAM_SYNTH_SHAPE,
+    "STREAM_SYNTH_PIXELS": STREAM_SYNTH_PIXELS,
+    "STREAM_EPOCH_ORDER": STREAM_EPOCH_ORDER,
+    "STREAM_MIXING": STREAM_MIXING,
+    "STREAM_BUCKET_ORDER": STREAM_BUCKET_ORDER,
+    "STREAM_BUCKET_PLACE": STREAM_BUCKET_PLACE,
+}
+
+
+cdef object as_index(object value, str name):
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(
+            f"{name} must be an integer, received {value!r} of type {type(value).__name__}"
+        ) from None
+
+
+cdef u64 as_u64(object value, str name) except? 0:
+    """An integer reduced mod 2^64 (D3: -1 becomes 2^64 - 1)."""
+    return <u64>(as_index(value, name) & MASK64)
+
+
+cdef u64 as_count(object value, str name, u64 minimum=0) except? 0:
+    """A size or position: an integer in [minimum, 2^64), never wrapped."""
+    v = as_index(value, name)
+    if v < minimum or v > MASK64:
+        raise ValueError(f"{name} must be an integer in [{minimum}, 2**64), received {v}")
+    return <u64>v
+
+
+def mix(x):
+    """SplitMix64 output for the state ``x`` before its increment (§2, D1).
+
+    Parameters
+    ----------
+    x : int
+        Any integer; reduced mod 2**64.
+
+    Returns
+    -------
+    int
+        The 64-bit mixed value.
+    """
+    return mix64(as_u64(x, "x"))
+
+
+def derive(seed, epoch, step, slot, stream):
+    """The seed of one draw site: ``derive(seed, epoch, step, slot, stream)`` (§2, D3).
+
+    Every argument is an integer reduced mod 2**64. Streams: 0 transform,
+    1 augmentation, 2-3 synthetic dataset, 101-104 samplers.
+    """
+    return derive_seed(as_u64(seed, "seed"), as_u64(epoch, "epoch"), as_u64(step, "step"),
+                  as_u64(slot, "slot"), as_u64(stream, "stream"))
+
+
+cdef Py_ssize_t _bulk_size(object size) except -1:
+    n = as_index(size, "size")
+    if n < 0:
+        raise ValueError(f"size must be a non-negative integer, received {n}")
+    return n
+
+
+cdef class SampleRng:
+    """SplitMix64 generator of §2, holding one 64-bit ``state``.
+
+    ``SampleRng(derive(seed, epoch, step, slot, stream))`` is the generator of one
+    draw site. Each ``next_*`` method draws one value, or ``size`` successive values
+    into a new array (filled without the GIL), exactly as repeated scalar calls would.
+
+    Parameters
+    ----------
+    state : int
+        The initial state, reduced mod 2**64 (D2, D3).
+    """
+    cdef public u64 state
+
+    def __init__(self, state=0):
+        self.state = as_u64(state, "state")
+
+    def __repr__(self):
+        return f"SampleRng(state={self.state})"
+
+    def __reduce__(self):
+        return (SampleRng, (self.state,))
+
+    def next_u64(self, size=None):
+        """Next raw 64-bit output (int, or uint64 array of ``size``)."""
+        if size is None:
+            return draw_u64(&self.state)
+        cdef Py_ssize_t i, n = _bulk_size(size)
+        cdef cnp.ndarray out = np.empty(n, dtype=np.uint64)
+        cdef u64* dst = <u64*>cnp.PyArray_DATA(out)
+        with nogil:
+            for i in range(n):
+                dst[i] = draw_u64(&self.state)
+        return out
+
+    def next_single(self, size=None):
+        """Next float32 in [0, 1): ``(u >> 40) / 2**24`` (a Python float, or float32 array)."""
+        if size is None:
+            return draw_single(&self.state)
+        cdef Py_ssize_t i, n = _bulk_size(size)
+        cdef cnp.ndarray out = np.empty(n, dtype=np.float32)
+        cdef float* dst = <float*>cnp.PyArray_DATA(out)
+        with nogil:
+            for i in range(n):
+                dst[i] = draw_single(&self.state)
+        return out
+
+    def next_double(self, size=None):
+        """Next float64 in [0, 1): ``(u >> 11) / 2**53``."""
+        if size is None:
+            return draw_double(&self.state)
+        cdef Py_ssize_t i, n = _bulk_size(size)
+        cdef cnp.ndarray out = np.empty(n, dtype=np.float64)
+        cdef double* dst = <double*>cnp.PyArray_DATA(out)
+        with nogil:
+            for i in range(n):
+                dst[i] = draw_double(&self.state)
+        return out
+
+    def next_int(self, n, size=None):
+        """Unbiased integer in ``[0, n)`` by multiply-shift with redraws (D4); ``1 <= n < 2**64``."""
+        cdef u64 bound = as_count(n, "n", 1)
+        if size is None:
+            return draw_int(&self.state, bound)
+        cdef Py_ssize_t i, count = _bulk_size(size)
+        cdef cnp.ndarray out = np.empty(count, dtype=np.uint64)
+        cdef u64* dst = <u64*>cnp.PyArray_DATA(out)
+        with nogil:
+            for i in range(count):
+                dst[i] = draw_int(&self.state, bound)
+        return out
+
+    def next_normal(self, size=None):
+        """Approximately normal float32: twelve ``next_single`` summed in float32, minus 6 (D5)."""
+        if size is None:
+            return draw_normal(&self.state)
+        cdef Py_ssize_t i, n = _bulk_size(size)
+        cdef cnp.ndarray out = np.empty(n, dtype=np.float32)
+        cdef float* dst = <float*>cnp.PyArray_DATA(out)
+        with nogil:
+            for i in range(n):
+                dst[i] = draw_normal(&self.state)
+        return out
