@@ -7,6 +7,11 @@ from onemodel_cy._rng import STREAMS as _STREAMS, SampleRng, derive, mix
 from onemodel_cy._permute import keyed_permutation, permutation
 from onemodel_cy._samplers import (BucketedSampler, MixingSampler, Sampler, SequentialSampler,
                                    ShuffledSampler)
+from onemodel_cy._datasets import ArrayImageDataset, Sample, SyntheticLineImages
+from onemodel_cy._bufferpool import BufferPool
+from onemodel_cy._collate import (Augmentation, GainOffset, GaussianNoise, ImageBatch,
+                                  ImageBatchCollator)
+from onemodel_cy._image import gray8_to_planar, rgb8_to_planar
 
 globals().update(_STREAMS)
 
@@ -16,4 +21,7 @@ __all__ = [
     "mix", "derive", "SampleRng", *sorted(_STREAMS),
     "keyed_permutation", "permutation",
     "Sampler", "SequentialSampler", "ShuffledSampler", "MixingSampler", "BucketedSampler",
+    "Sample", "ArrayImageDataset", "SyntheticLineImages",
+    "BufferPool", "ImageBatchCollator", "ImageBatch", "Augmentation", "GainOffset", "GaussianNoise",
+    "gray8_to_planar", "rgb8_to_planar",
 ]

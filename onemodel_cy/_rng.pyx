@@ -95,8 +95,6 @@ cdef class SampleRng:
     state : int
         The initial state, reduced mod 2**64 (D2, D3).
     """
-    cdef public u64 state
-
     def __init__(self, state=0):
         self.state = as_u64(state, "state")
 

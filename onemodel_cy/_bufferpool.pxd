@@ -1,0 +1,28 @@
+# §5 buffer pool: raw memory recycled when the last Python reference to it goes away.
+cimport cython
+from onemodel_cy._typedefs cimport u64
+
+cdef enum:
+    POOL_CLASSES = 256
+    POOL_ALIGN = 64
+
+cdef struct RawBlock:
+    RawBlock* next          # free-list link while the block is free
+    size_t capacity         # usable bytes after the header
+    int size_class
+
+cdef class BufferPool:
+    cdef cython.pymutex _mutex
+    cdef RawBlock* _free[POOL_CLASSES]
+    cdef readonly size_t max_bytes
+    cdef size_t _bytes_held, _bytes_in_use
+    cdef Py_ssize_t _hits, _misses, _released, _dropped, _blocks_in_use
+    cdef Block rent(self, size_t nbytes)
+    cdef void give_back(self, RawBlock* raw) noexcept
+
+cdef class Block:
+    """One rented allocation; when the last reference goes, its memory returns to the pool."""
+    cdef BufferPool pool
+    cdef RawBlock* raw
+    cdef char* data            # 64-byte aligned start of usable memory
+    cdef readonly size_t nbytes

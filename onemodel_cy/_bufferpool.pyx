@@ -1,0 +1,168 @@
+"""§5 BufferPool: the memory batches are built in, reused without being overwritten.
+
+A rented :class:`Block` owns raw memory; every array handed to a user is a view whose
+base is that block. The memory goes back to the pool only when the block itself is
+destroyed, that is when no array, view, tensor or batch refers to it any more. So memory
+a caller still holds is never reused, and two live batches never share memory; a batch
+that is closed (or simply dropped) recycles its memory at once.
+
+Free blocks wait in per-size-class lists (4 classes per power of two, so at most 25 %
+slack). The pool keeps at most ``max_bytes`` of free memory; blocks returned beyond that
+are freed. Memory in use is bounded by what the caller keeps alive.
+"""
+cimport cython
+from cpython.mem cimport PyMem_RawMalloc, PyMem_RawFree
+from libc.stdint cimport uintptr_t
+
+DEFAULT_MAX_BYTES = 256 << 20
+
+# Room for the header and for aligning the data to POOL_ALIGN bytes.
+cdef size_t OVERHEAD = sizeof(RawBlock) + POOL_ALIGN
+
+
+cdef inline int class_of(size_t nbytes, size_t* rounded) noexcept nogil:
+    """Size class index and the rounded capacity: 4 KiB minimum, then quarter steps per power of two."""
+    cdef size_t top = 4096
+    cdef int power = 12
+    if nbytes <= 4096:
+        rounded[0] = 4096
+        return 0
+    while top * 2 < nbytes:
+        top *= 2
+        power += 1
+    # nbytes in (top, 2*top]: round up to a multiple of top/4.
+    cdef size_t quarter = top // 4
+    cdef size_t quarters = (nbytes + quarter - 1) // quarter     # 5..8
+    rounded[0] = quarters * quarter
+    return 1 + (power - 12) * 4 + <int>(quarters - 5)
+
+
+cdef class BufferPool:
+    """Recycles batch memory (§5).
+
+    Parameters
+    ----------
+    max_bytes : int, default 256 MiB
+        Most free memory the pool keeps for reuse; memory returned beyond it is freed.
+
+    Notes
+    -----
+    Thread-safe: blocks are rented by worker threads and come back from whichever
+    thread drops the last reference.
+    """
+
+    def __cinit__(self):
+        cdef int i
+        for i in range(POOL_CLASSES):
+            self._free[i] = NULL
+
+    def __init__(self, max_bytes=DEFAULT_MAX_BYTES):
+        if not isinstance(max_bytes, int) or max_bytes < 0:
+            raise ValueError(f"max_bytes must be a non-negative integer, received {max_bytes!r}")
+        self.max_bytes = max_bytes
+
+    def __dealloc__(self):
+        cdef int i
+        cdef RawBlock* raw
+        for i in range(POOL_CLASSES):
+            while self._free[i] != NULL:
+                raw = self._free[i]
+                self._free[i] = raw.next
+                PyMem_RawFree(raw)
+
+    def __repr__(self):
+        return f"BufferPool(max_bytes={self.max_bytes})"
+
+    cdef Block rent(self, size_t nbytes):
+        cdef size_t capacity
+        cdef int size_class = class_of(nbytes, &capacity)
+        cdef RawBlock* raw = NULL
+        if size_class >= POOL_CLASSES:
+            raise MemoryError(f"cannot pool a block of {nbytes} bytes")
+        with self._mutex:
+            raw = self._free[size_class]
+            if raw != NULL:
+                self._free[size_class] = raw.next
+                self._bytes_held -= raw.capacity
+                self._hits += 1
+            else:
+                self._misses += 1
+            self._blocks_in_use += 1
+            self._bytes_in_use += capacity
+        if raw == NULL:
+            raw = <RawBlock*>PyMem_RawMalloc(OVERHEAD + capacity)
+            if raw == NULL:
+                with self._mutex:
+                    self._blocks_in_use -= 1
+                    self._bytes_in_use -= capacity
+                raise MemoryError(f"cannot allocate a batch buffer of {capacity} bytes")
+            raw.capacity = capacity
+            raw.size_class = size_class
+        raw.next = NULL
+        cdef Block block = Block.__new__(Block)
+        block.pool = self
+        block.raw = raw
+        block.data = <char*>((<uintptr_t>raw + sizeof(RawBlock) + POOL_ALIGN - 1)
+                             // POOL_ALIGN * POOL_ALIGN)
+        block.nbytes = nbytes
+        return block
+
+    cdef void give_back(self, RawBlock* raw) noexcept:
+        cdef bint keep
+        with self._mutex:
+            self._blocks_in_use -= 1
+            self._bytes_in_use -= raw.capacity
+            keep = self._bytes_held + raw.capacity <= self.max_bytes
+            if keep:
+                raw.next = self._free[raw.size_class]
+                self._free[raw.size_class] = raw
+                self._bytes_held += raw.capacity
+                self._released += 1
+            else:
+                self._dropped += 1
+        if not keep:
+            PyMem_RawFree(raw)
+
+    def stats(self):
+        """Counters: ``hits`` and ``misses`` of rent, ``returned`` and ``dropped``
+        (freed because the pool was full) blocks, ``bytes_held`` free for reuse,
+        ``blocks_in_use`` and ``bytes_in_use`` still referenced somewhere."""
+        with self._mutex:
+            return {
+                "hits": self._hits,
+                "misses": self._misses,
+                "returned": self._released,
+                "dropped": self._dropped,
+                "bytes_held": self._bytes_held,
+                "blocks_in_use": self._blocks_in_use,
+                "bytes_in_use": self._bytes_in_use,
+            }
+
+    def clear(self):
+        """Free all memory held for reuse (blocks in use are unaffected)."""
+        cdef int i
+        cdef RawBlock* raw
+        cdef RawBlock* chain
+        for i in range(POOL_CLASSES):
+            with self._mutex:
+                chain = self._free[i]
+                self._free[i] = NULL
+                while chain != NULL:
+                    self._bytes_held -= chain.capacity
+                    raw = chain
+                    chain = chain.next
+                    PyMem_RawFree(raw)
+
+
+@cython.final
+@cython.freelist(64)
+cdef class Block:
+    def __dealloc__(self):
+        if self.raw != NULL:
+            self.pool.give_back(self.raw)
+            self.raw = NULL
+
+    @property
+    def address(self):
+        """Start of the block's memory (for tests of sharing)."""
+        return <uintptr_t>self.data

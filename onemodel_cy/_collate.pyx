@@ -1,0 +1,537 @@
+"""§4 collation: samples of one C and H into a padded, pooled ``ImageBatch``.
+
+The copy, the padding and the built-in augmentations run without the GIL. A Python
+augmentation gets a reused contiguous scratch copy of each image (D17); a built-in one
+is applied to the image in place in the batch, which performs the same float32
+operations in the same order, hence the same bits.
+"""
+import threading
+
+cimport cython
+cimport numpy as cnp
+import numpy as np
+from cpython.ref cimport PyObject
+from libc.string cimport memcpy
+from libc.stdlib cimport realloc, free
+
+from onemodel_cy._typedefs cimport u64, i64, i32
+from onemodel_cy._rng cimport (as_index, as_u64, derive_seed, draw_single, draw_normal,
+                               STREAM_AUGMENTATION)
+from onemodel_cy._rng cimport SampleRng
+from onemodel_cy._bufferpool cimport BufferPool, Block, POOL_ALIGN
+from onemodel_cy._datasets cimport Sample, ArrayImageDataset
+
+cnp.import_array()
+
+cdef object INT32_LIMIT = 1 << 31
+
+
+# ---------------------------------------------------------------- augmentations
+
+cdef class Augmentation:
+    """Base of the built-in augmentations: GIL-free, and callable as ``aug(image, rng)``."""
+
+    cdef void apply(self, float* image, Py_ssize_t rows, Py_ssize_t width,
+                    Py_ssize_t row_stride, u64* state) noexcept nogil:
+        pass
+
+    def __call__(self, image, SampleRng rng not None):
+        """Edit ``image`` (writable C-contiguous float32 ``[C, H, W]``) in place, drawing from ``rng``."""
+        if (not isinstance(image, np.ndarray) or image.dtype != np.float32 or image.ndim != 3
+                or not image.flags.c_contiguous or not image.flags.writeable):
+            raise TypeError(f"{type(self).__name__} edits a writable C-contiguous float32 [C, H, W] "
+                            f"array, received {_describe(image)}")
+        cdef cnp.ndarray array = image
+        cdef Py_ssize_t rows = array.shape[0] * array.shape[1], width = array.shape[2]
+        cdef u64 state = rng.state
+        with nogil:
+            self.apply(<float*>cnp.PyArray_DATA(array), rows, width, width, &state)
+        rng.state = state
+
+
+@cython.final
+cdef class GainOffset(Augmentation):
+    """Per-image gain and offset: ``x * g + o`` in float32 (docs/contract.md).
+
+    ``g = 1 + gain * (2a - 1)`` and ``o = offset * (2b - 1)`` from two ``next_single``
+    draws ``a``, ``b``, each operation rounded to float32; then every pixel, in C, H, W
+    order, becomes ``(x * g) + o`` with two roundings.
+
+    Parameters
+    ----------
+    gain, offset : float
+        Half-widths of the uniform gain and offset ranges (rounded to float32).
+    """
+    cdef readonly float gain, offset
+
+    def __init__(self, gain=0.2, offset=0.1):
+        self.gain = _finite(gain, "gain")
+        self.offset = _finite(offset, "offset")
+
+    def __repr__(self):
+        return f"GainOffset(gain={self.gain!r}, offset={self.offset!r})"
+
+    def __reduce__(self):
+        return (GainOffset, (self.gain, self.offset))
+
+    cdef void apply(self, float* image, Py_ssize_t rows, Py_ssize_t width,
+                    Py_ssize_t row_stride, u64* state) noexcept nogil:
+        cdef float one = 1.0, two = 2.0
+        cdef float a = draw_single(state)
+        cdef float b = draw_single(state)
+        cdef float g = one + self.gain * (two * a - one)
+        cdef float o = self.offset * (two * b - one)
+        cdef Py_ssize_t r, x
+        cdef float* row
+        for r in range(rows):
+            row = image + r * row_stride
+            for x in range(width):
+                row[x] = row[x] * g + o
+
+
+@cython.final
+cdef class GaussianNoise(Augmentation):
+    """Additive noise: every pixel, in C, H, W order, becomes ``x + sigma * next_normal()`` in float32.
+
+    Parameters
+    ----------
+    sigma : float
+        Noise scale (rounded to float32).
+    """
+    cdef readonly float sigma
+
+    def __init__(self, sigma=0.05):
+        self.sigma = _finite(sigma, "sigma")
+
+    def __repr__(self):
+        return f"GaussianNoise(sigma={self.sigma!r})"
+
+    def __reduce__(self):
+        return (GaussianNoise, (self.sigma,))
+
+    cdef void apply(self, float* image, Py_ssize_t rows, Py_ssize_t width,
+                    Py_ssize_t row_stride, u64* state) noexcept nogil:
+        cdef Py_ssize_t r, x
+        cdef float* row
+        for r in range(rows):
+            row = image + r * row_stride
+            for x in range(width):
+                row[x] = row[x] + self.sigma * draw_normal(state)
+
+
+cdef float _finite(value, str name) except? -1:
+    v = float(value)
+    if v != v or v in (float("inf"), float("-inf")):
+        raise ValueError(f"{name} must be a finite number, received {value!r}")
+    return v
+
+
+cdef str _describe(obj):
+    if isinstance(obj, np.ndarray):
+        return (f"ndarray of dtype={obj.dtype}, shape={obj.shape}, "
+                f"c_contiguous={obj.flags.c_contiguous}, writeable={obj.flags.writeable}")
+    return f"{type(obj).__name__}"
+
+
+# ---------------------------------------------------------------- the batch
+
+@cython.final
+@cython.freelist(32)
+cdef class ImageBatch:
+    """One collated batch (§4). Arrays are views of one pooled block (§5).
+
+    Attributes
+    ----------
+    images : float32 ``[B, C, H, Wp]``
+    widths, target_lengths, labels, indices : int32 ``[B]``
+    targets : int32 ``[sum(target_lengths)]`` (the CTC layout)
+    epoch, step : int
+        Epoch and step-in-epoch the batch was built for.
+    global_step : int or None
+        Set by the loader.
+
+    ``close()`` (or leaving ``with batch:``) drops the batch's arrays; the memory goes
+    back to the pool as soon as nothing else refers to it. Arrays you kept stay valid and
+    are never overwritten.
+    """
+    cdef object _images, _widths, _targets, _target_lengths, _labels, _indices
+    cdef readonly object epoch, step
+    cdef public object global_step
+
+    cdef _check_open(self):
+        if self._images is None:
+            raise ValueError("this ImageBatch is closed; keep a reference to an array "
+                             "(for example images = batch.images) before close() to use it after")
+
+    @property
+    def closed(self):
+        return self._images is None
+
+    @property
+    def images(self):
+        self._check_open()
+        return self._images
+
+    @property
+    def widths(self):
+        self._check_open()
+        return self._widths
+
+    @property
+    def targets(self):
+        self._check_open()
+        return self._targets
+
+    @property
+    def target_lengths(self):
+        self._check_open()
+        return self._target_lengths
+
+    @property
+    def labels(self):
+        self._check_open()
+        return self._labels
+
+    @property
+    def indices(self):
+        self._check_open()
+        return self._indices
+
+    def __len__(self):
+        self._check_open()
+        return self._widths.shape[0]
+
+    def close(self):
+        """Release the batch's arrays (idempotent)."""
+        self._images = self._widths = self._targets = None
+        self._target_lengths = self._labels = self._indices = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def as_dict(self):
+        """The six arrays by name."""
+        self._check_open()
+        return {"images": self._images, "widths": self._widths, "targets": self._targets,
+                "target_lengths": self._target_lengths, "labels": self._labels,
+                "indices": self._indices}
+
+    def __repr__(self):
+        if self._images is None:
+            return f"ImageBatch(closed, epoch={self.epoch}, step={self.step})"
+        return (f"ImageBatch(images=<float32 {tuple(self._images.shape)}>, targets={self._targets.shape[0]}, "
+                f"epoch={self.epoch}, step={self.step})")
+
+
+# ---------------------------------------------------------------- collation
+
+ctypedef struct SlotJob:
+    const float* pixels     # C-contiguous [C, H, W]
+    const i32* target
+    Py_ssize_t width
+    Py_ssize_t target_length
+    i32 label
+    i64 index
+
+
+@cython.final
+cdef class _Workspace:
+    """Per-thread scratch of a collator: the slot table and the augmentation scratch."""
+    cdef SlotJob* jobs
+    cdef Py_ssize_t capacity
+    cdef cnp.ndarray scratch           # flat float32, reused while nobody else holds it
+    cdef list keep                     # objects whose memory the slot table points into
+
+    def __cinit__(self):
+        self.jobs = NULL
+        self.capacity = 0
+        self.keep = []
+
+    def __dealloc__(self):
+        free(self.jobs)
+
+    cdef SlotJob* reserve(self, Py_ssize_t n) except NULL:
+        cdef SlotJob* grown
+        if n > self.capacity:
+            grown = <SlotJob*>realloc(self.jobs, max(n, 1) * sizeof(SlotJob))
+            if grown == NULL:
+                raise MemoryError("cannot grow the collation slot table")
+            self.jobs = grown
+            self.capacity = n
+        return self.jobs
+
+    cdef cnp.ndarray scratch_of(self, Py_ssize_t c, Py_ssize_t h, Py_ssize_t w):
+        cdef Py_ssize_t size = c * h * w
+        # Reuse only while the augmentation kept no reference to an earlier scratch.
+        if (self.scratch is None or self.scratch.shape[0] < size
+                or (<PyObject*>self.scratch).ob_refcnt > 1):
+            self.scratch = np.empty(max(size, 4096), dtype=np.float32)
+        return self.scratch[:size].reshape(c, h, w)
+
+
+cdef inline Py_ssize_t aligned(Py_ssize_t nbytes) noexcept nogil:
+    return (nbytes + POOL_ALIGN - 1) // POOL_ALIGN * POOL_ALIGN
+
+
+cdef cnp.ndarray view_of(Block block, Py_ssize_t offset, int typenum, int ndim, cnp.npy_intp* dims):
+    cdef cnp.ndarray array = cnp.PyArray_SimpleNewFromData(ndim, dims, typenum, block.data + offset)
+    cnp.set_array_base(array, block)
+    return array
+
+
+cdef void copy_padded(const float* src, float* dst, Py_ssize_t rows, Py_ssize_t width,
+                      Py_ssize_t padded_width, float pad) noexcept nogil:
+    cdef Py_ssize_t r, x
+    cdef float* row
+    for r in range(rows):
+        row = dst + r * padded_width
+        memcpy(row, src + r * width, width * sizeof(float))
+        for x in range(width, padded_width):
+            row[x] = pad
+
+
+cdef class ImageBatchCollator:
+    """Builds §4 batches: images ``[B, C, H, Wp]`` left-aligned and padded, plus the int32 columns.
+
+    Parameters
+    ----------
+    width_multiple : int, default 1
+        ``Wp`` is the widest image rounded up to a multiple of this (D13).
+    pad_value : float, default 0.0
+        Fill of columns ``W_i..Wp`` (rounded to float32).
+    augmentation : callable or Augmentation, optional
+        ``aug(image, rng)`` editing a contiguous float32 ``[C, H, W_i]`` scratch in place with
+        ``rng = SampleRng(derive(seed, epoch, step, slot, 1))``. Built-ins
+        (:class:`GainOffset`, :class:`GaussianNoise`) run without the GIL.
+    pool : BufferPool, optional
+        Where batch memory comes from; a private pool by default.
+    """
+    cdef readonly Py_ssize_t width_multiple
+    cdef readonly float pad_value
+    cdef readonly object augmentation
+    cdef readonly BufferPool pool
+    cdef Augmentation _builtin
+    cdef object _local
+
+    def __init__(self, width_multiple=1, pad_value=0.0, augmentation=None, pool=None):
+        m = as_index(width_multiple, "width_multiple")
+        if not 1 <= m < INT32_LIMIT:
+            raise ValueError(f"width_multiple must be an integer >= 1, received {m}")
+        self.width_multiple = m
+        self.pad_value = _finite(pad_value, "pad_value")
+        if augmentation is not None and not callable(augmentation):
+            raise TypeError(f"augmentation must be callable as aug(image, rng) or None, "
+                            f"received {type(augmentation).__name__}")
+        self.augmentation = augmentation
+        self._builtin = augmentation if isinstance(augmentation, Augmentation) else None
+        if pool is not None and not isinstance(pool, BufferPool):
+            raise TypeError(f"pool must be a BufferPool or None, received {type(pool).__name__}")
+        self.pool = pool if pool is not None else BufferPool()
+        self._local = threading.local()
+
+    def __repr__(self):
+        return (f"ImageBatchCollator(width_multiple={self.width_multiple}, pad_value={self.pad_value!r}, "
+                f"augmentation={self.augmentation!r}, pool={self.pool!r})")
+
+    cdef _Workspace workspace(self):
+        ws = getattr(self._local, "workspace", None)
+        if ws is None:
+            ws = _Workspace()
+            self._local.workspace = ws
+        return ws
+
+    def collate(self, samples, indices, seed, epoch, step, *, first_slot=0):
+        """Collate ``samples`` (a sequence of :class:`Sample`) into an :class:`ImageBatch`.
+
+        ``indices[j]`` is the dataset index of ``samples[j]``; sample ``j`` sits at slot
+        ``first_slot + j`` of the global batch, which keys its augmentation (D14, D17).
+        """
+        cdef _Workspace ws = self.workspace()
+        cdef Py_ssize_t n = len(samples), j
+        if len(indices) != n:
+            raise ValueError(f"indices must give one dataset index per sample: {n} samples, "
+                             f"received {len(indices)} indices")
+        if n == 0:
+            raise ValueError("cannot collate an empty batch (0 samples)")
+        cdef SlotJob* jobs = ws.reserve(n)
+        cdef Py_ssize_t channels = 0, height = 0, c, h
+        cdef Sample sample
+        cdef cnp.ndarray image, target
+        ws.keep.clear()
+        try:
+            for j in range(n):
+                index = as_index(indices[j], f"indices[{j}]")
+                if not 0 <= index < INT32_LIMIT:
+                    raise ValueError(f"slot {first_slot + j}: dataset index must lie in [0, 2**31) "
+                                     f"(int32 Indices), received {index}")
+                item = samples[j]
+                if not isinstance(item, Sample):
+                    raise TypeError(f"slot {first_slot + j} (dataset index {index}): expected a Sample, "
+                                    f"received {type(item).__name__}")
+                sample = <Sample>item
+                image = sample.image
+                if image.dtype != np.float32 or image.ndim != 3:
+                    raise TypeError(f"slot {first_slot + j} (dataset index {index}): image must be float32 "
+                                    f"[C, H, W], received {_describe(image)}")
+                if not image.flags.c_contiguous:
+                    image = np.ascontiguousarray(image)
+                    ws.keep.append(image)
+                c, h = image.shape[0], image.shape[1]
+                if j == 0:
+                    channels, height = c, h
+                elif c != channels or h != height:
+                    raise ValueError(f"slot {first_slot + j} (dataset index {index}): every sample of a batch "
+                                     f"must share C and H; slot {first_slot} has C={channels}, H={height}, "
+                                     f"received C={c}, H={h}")
+                target = sample.target
+                jobs[j].pixels = <const float*>cnp.PyArray_DATA(image)
+                jobs[j].width = image.shape[2]
+                jobs[j].target = <const i32*>cnp.PyArray_DATA(target)
+                jobs[j].target_length = target.shape[0]
+                jobs[j].label = <i32>sample.label
+                jobs[j].index = index
+            return self.assemble(ws, n, channels, height, seed, epoch, step, first_slot)
+        finally:
+            ws.keep.clear()
+
+    def collate_from(self, ArrayImageDataset dataset not None, cnp.ndarray indices not None, seed, epoch,
+                     step, *, start=0, stop=None):
+        """Fast path: gather slots ``[start, stop)`` of ``indices`` straight from ``dataset``.
+
+        ``indices`` is the global batch's int64 index array; slot numbers are positions in
+        it. No Python object is created per sample; with a built-in or no augmentation
+        the whole batch is built without the GIL.
+        """
+        if indices.dtype != np.int64 or indices.ndim != 1 or not indices.flags.c_contiguous:
+            raise TypeError(f"indices must be a C-contiguous 1-D int64 array, received {_describe(indices)}")
+        cdef Py_ssize_t lo = as_index(start, "start")
+        cdef Py_ssize_t hi = indices.shape[0] if stop is None else as_index(stop, "stop")
+        if not 0 <= lo < hi <= indices.shape[0]:
+            raise ValueError(f"need 0 <= start < stop <= len(indices) = {indices.shape[0]}, "
+                             f"received start={lo}, stop={hi}")
+        cdef _Workspace ws = self.workspace()
+        cdef Py_ssize_t n = hi - lo, j, bad = -1
+        cdef SlotJob* jobs = ws.reserve(n)
+        cdef const i64* idx = <const i64*>cnp.PyArray_DATA(indices) + lo
+        cdef const i64* shapes = <const i64*>cnp.PyArray_DATA(dataset._shapes)
+        cdef const i64* pixel_offsets = <const i64*>cnp.PyArray_DATA(dataset._pixel_offsets)
+        cdef const i64* target_offsets = <const i64*>cnp.PyArray_DATA(dataset._target_offsets)
+        cdef const float* pixels = <const float*>cnp.PyArray_DATA(dataset._pixels)
+        cdef const i32* targets = <const i32*>cnp.PyArray_DATA(dataset._targets)
+        cdef const i32* labels = <const i32*>cnp.PyArray_DATA(dataset._labels)
+        cdef Py_ssize_t count = dataset.count
+        cdef i64 i
+        cdef bint out_of_range = False
+        with nogil:
+            for j in range(n):
+                i = idx[j]
+                if not 0 <= i < count:
+                    bad = j
+                    out_of_range = True
+                    break
+                if shapes[3 * i] != shapes[3 * idx[0]] or shapes[3 * i + 1] != shapes[3 * idx[0] + 1]:
+                    bad = j
+                    break
+                jobs[j].pixels = pixels + pixel_offsets[i]
+                jobs[j].width = shapes[3 * i + 2]
+                jobs[j].target = targets + target_offsets[i]
+                jobs[j].target_length = target_offsets[i + 1] - target_offsets[i]
+                jobs[j].label = labels[i]
+                jobs[j].index = i
+        if bad >= 0:
+            if out_of_range:
+                raise IndexError(f"slot {lo + bad}: dataset index must lie in [0, {count}), received {idx[bad]}")
+            raise ValueError(
+                f"slot {lo + bad} (dataset index {idx[bad]}): every sample of a batch must share C and H; "
+                f"slot {lo} has C={shapes[3 * idx[0]]}, H={shapes[3 * idx[0] + 1]}, received "
+                f"C={shapes[3 * idx[bad]]}, H={shapes[3 * idx[bad] + 1]}")
+        if dataset.count >= INT32_LIMIT:
+            raise ValueError(f"dataset indices must fit int32 (§4 Indices), dataset has {dataset.count} samples")
+        return self.assemble(ws, n, shapes[3 * idx[0]], shapes[3 * idx[0] + 1], seed, epoch, step, lo)
+
+    cdef ImageBatch assemble(self, _Workspace ws, Py_ssize_t n, Py_ssize_t channels, Py_ssize_t height,
+                             seed, epoch, step, Py_ssize_t first_slot):
+        cdef u64 seed64 = as_u64(seed, "seed"), epoch64 = as_u64(epoch, "epoch"), step64 = as_u64(step, "step")
+        cdef SlotJob* jobs = ws.jobs
+        cdef Py_ssize_t j, widest = 0, total_targets = 0
+        for j in range(n):
+            widest = max(widest, jobs[j].width)
+            total_targets += jobs[j].target_length
+        cdef Py_ssize_t m = self.width_multiple
+        cdef Py_ssize_t padded = (widest + m - 1) // m * m           # D13
+        cdef Py_ssize_t rows = channels * height
+        cdef Py_ssize_t image_bytes = aligned(n * rows * padded * sizeof(float))
+        cdef Py_ssize_t column_bytes = aligned(n * sizeof(i32))
+        cdef Py_ssize_t targets_at = image_bytes + 4 * column_bytes
+        cdef Block block = self.pool.rent(targets_at + total_targets * sizeof(i32))
+        cdef float* images = <float*>block.data
+        cdef i32* widths = <i32*>(block.data + image_bytes)
+        cdef i32* target_lengths = <i32*>(block.data + image_bytes + column_bytes)
+        cdef i32* labels = <i32*>(block.data + image_bytes + 2 * column_bytes)
+        cdef i32* indices = <i32*>(block.data + image_bytes + 3 * column_bytes)
+        cdef i32* targets = <i32*>(block.data + targets_at)
+        cdef Py_ssize_t slot_floats = rows * padded, t = 0
+        cdef float pad = self.pad_value
+        cdef Augmentation builtin = self._builtin
+        cdef bint python_aug = self.augmentation is not None and builtin is None
+        cdef u64 state
+        with nogil:
+            for j in range(n):
+                widths[j] = <i32>jobs[j].width
+                target_lengths[j] = <i32>jobs[j].target_length
+                labels[j] = jobs[j].label
+                indices[j] = <i32>jobs[j].index
+                memcpy(targets + t, jobs[j].target, jobs[j].target_length * sizeof(i32))
+                t += jobs[j].target_length
+                if python_aug:
+                    continue
+                copy_padded(jobs[j].pixels, images + j * slot_floats, rows, jobs[j].width, padded, pad)
+                if builtin is not None:
+                    state = derive_seed(seed64, epoch64, step64, <u64>(first_slot + j), STREAM_AUGMENTATION)
+                    builtin.apply(images + j * slot_floats, rows, jobs[j].width, padded, &state)
+        if python_aug:
+            for j in range(n):
+                self.augment_in_python(ws, &jobs[j], images + j * slot_floats, channels, height, padded,
+                                       seed64, epoch64, step64, first_slot + j)
+        cdef cnp.npy_intp dims[4]
+        dims[0] = n
+        dims[1] = channels
+        dims[2] = height
+        dims[3] = padded
+        cdef ImageBatch batch = ImageBatch.__new__(ImageBatch)
+        batch._images = view_of(block, 0, cnp.NPY_FLOAT32, 4, dims)
+        batch._widths = view_of(block, image_bytes, cnp.NPY_INT32, 1, dims)
+        batch._target_lengths = view_of(block, image_bytes + column_bytes, cnp.NPY_INT32, 1, dims)
+        batch._labels = view_of(block, image_bytes + 2 * column_bytes, cnp.NPY_INT32, 1, dims)
+        batch._indices = view_of(block, image_bytes + 3 * column_bytes, cnp.NPY_INT32, 1, dims)
+        dims[0] = total_targets
+        batch._targets = view_of(block, targets_at, cnp.NPY_INT32, 1, dims)
+        batch.epoch = epoch
+        batch.step = step
+        return batch
+
+    cdef augment_in_python(self, _Workspace ws, SlotJob* job, float* dst, Py_ssize_t channels,
+                           Py_ssize_t height, Py_ssize_t padded, u64 seed, u64 epoch, u64 step,
+                           Py_ssize_t slot):
+        cdef Py_ssize_t width = job.width, rows = channels * height
+        cdef cnp.ndarray scratch = ws.scratch_of(channels, height, width)
+        cdef float* data = <float*>cnp.PyArray_DATA(scratch)
+        memcpy(data, job.pixels, rows * width * sizeof(float))
+        rng = SampleRng(derive_seed(seed, epoch, step, <u64>slot, STREAM_AUGMENTATION))
+        result = self.augmentation(scratch, rng)
+        if result is not None and result is not scratch:
+            raise TypeError(f"slot {slot} (dataset index {job.index}): the augmentation must edit its "
+                            f"scratch in place and return None, received a {type(result).__name__}; "
+                            f"shape-changing work belongs in the loader's transform")
+        if (scratch.dtype != np.float32 or scratch.ndim != 3 or scratch.shape[0] != channels
+                or scratch.shape[1] != height or scratch.shape[2] != width
+                or <float*>cnp.PyArray_DATA(scratch) != data):
+            raise ValueError(f"slot {slot} (dataset index {job.index}): the augmentation changed its scratch "
+                             f"from float32 {(channels, height, width)} to {_describe(scratch)}; it may "
+                             f"only edit values (use the loader's transform to change shapes)")
+        with nogil:
+            copy_padded(data, dst, rows, width, padded, self.pad_value)

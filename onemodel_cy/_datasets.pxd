@@ -1,0 +1,20 @@
+cimport numpy as cnp
+
+cdef class Sample:
+    cdef readonly object image     # float32 ndarray [C, H, W]
+    cdef readonly object target    # int32 ndarray [L], values >= 0
+    cdef readonly object label     # int in int32 range
+
+cdef class ArrayImageDataset:
+    # Packed storage, so that the collator gathers without the GIL or a Python object per sample.
+    cdef readonly Py_ssize_t count
+    cdef cnp.ndarray _pixels           # float32, every image C-contiguous, back to back
+    cdef cnp.ndarray _pixel_offsets    # int64 [count]: first pixel of each image
+    cdef cnp.ndarray _shapes           # int64 [count, 3]: C, H, W
+    cdef cnp.ndarray _targets          # int32, every target back to back
+    cdef cnp.ndarray _target_offsets   # int64 [count + 1]
+    cdef cnp.ndarray _labels           # int32 [count]
+
+    cdef _pack(self, list samples)
+    cdef _set_storage(self, pixels, pixel_offsets, shapes, targets, target_offsets, labels)
+    cpdef Sample get_sample(self, index)

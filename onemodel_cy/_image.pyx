@@ -1,0 +1,117 @@
+"""§6 image helpers: 8-bit pixels to planar float32, ``p * scale - bias`` with two roundings (D15)."""
+cimport numpy as cnp
+import numpy as np
+
+from onemodel_cy._rng cimport as_index
+
+cnp.import_array()
+
+
+cdef object channel_constants(values, Py_ssize_t channels, str name):
+    """``values`` (a number or one per channel) rounded to float32 (D15)."""
+    array = np.asarray(values, dtype=np.float64).reshape(-1)
+    if array.size == 1:
+        array = np.repeat(array, channels)
+    if array.size != channels:
+        raise ValueError(f"{name} must be one number or {channels} numbers, received {values!r}")
+    if not np.all(np.isfinite(array)):
+        raise ValueError(f"{name} must be finite, received {values!r}")
+    return array.astype(np.float32)
+
+
+cdef tuple source_layout(src, Py_ssize_t channels, width, height, stride):
+    """An array whose data pointer is the first pixel, with (height, width, row stride in bytes)."""
+    cdef Py_ssize_t w, h, s
+    if isinstance(src, np.ndarray) and width is None and height is None and stride is None:
+        expected = 2 if channels == 1 else 3
+        if src.dtype != np.uint8 or src.ndim != expected or (channels == 3 and src.shape[2] != 3):
+            want = "[H, W]" if channels == 1 else "[H, W, 3]"
+            raise ValueError(f"src must be a uint8 array {want}, received dtype={src.dtype}, shape={src.shape}")
+        if src.strides[1] != channels or (channels == 3 and src.strides[2] != 1) or src.strides[0] < src.shape[1] * channels:
+            src = np.ascontiguousarray(src)
+        # The array's data pointer is the first pixel; rows are strides[0] bytes apart.
+        return src, src.shape[0], src.shape[1], src.strides[0]
+    if width is None or height is None:
+        raise ValueError("a raw buffer needs width= and height= (and stride= in bytes if rows are padded)")
+    w = as_index(width, "width")
+    h = as_index(height, "height")
+    s = w * channels if stride is None else as_index(stride, "stride")
+    if w < 1 or h < 1:
+        raise ValueError(f"width and height must be >= 1, received width={w}, height={h}")
+    if s < w * channels:
+        raise ValueError(f"stride must be >= width * {channels} = {w * channels} bytes, received {s}")
+    flat = np.frombuffer(src, dtype=np.uint8)
+    need = (h - 1) * s + w * channels
+    if flat.shape[0] < need:
+        raise ValueError(f"src holds {flat.shape[0]} bytes; width={w}, height={h}, stride={s} need {need}")
+    return flat, h, w, s
+
+
+cdef cnp.ndarray output_of(out, Py_ssize_t channels, Py_ssize_t h, Py_ssize_t w):
+    if out is None:
+        return np.empty((channels, h, w), dtype=np.float32)
+    if (not isinstance(out, np.ndarray) or out.dtype != np.float32 or out.shape != (channels, h, w)
+            or not out.flags.c_contiguous or not out.flags.writeable):
+        got = (f"dtype={out.dtype}, shape={out.shape}, c_contiguous={out.flags.c_contiguous}, "
+               f"writeable={out.flags.writeable}" if isinstance(out, np.ndarray) else type(out).__name__)
+        raise ValueError(f"out must be a writable C-contiguous float32 array of shape "
+                         f"{(channels, h, w)}, received {got}")
+    return out
+
+
+cdef cnp.ndarray to_planar(src, Py_ssize_t channels, mean, std, width, height, stride, out):
+    flat, h, w, s = source_layout(src, channels, width, height, stride)
+    means = channel_constants(mean, channels, "mean")
+    stds = channel_constants(std, channels, "std")
+    if np.any(stds == 0):
+        raise ValueError(f"std must be non-zero, received {std!r}")
+    cdef cnp.ndarray result = output_of(out, channels, h, w)
+    cdef float scales[3]
+    cdef float biases[3]
+    cdef float one = 1.0, full = 255.0, s32, m32
+    cdef Py_ssize_t c, y, x, rows = h, cols = w, row_stride = s
+    for c in range(channels):
+        s32 = stds[c]
+        m32 = means[c]
+        scales[c] = one / (full * s32)      # D15: float32, one rounding per operation
+        biases[c] = m32 / s32
+    cdef const unsigned char* pixels = <const unsigned char*>cnp.PyArray_DATA(flat)
+    cdef float* dst = <float*>cnp.PyArray_DATA(result)
+    cdef const unsigned char* row
+    with nogil:
+        for c in range(channels):
+            for y in range(rows):
+                row = pixels + y * row_stride
+                for x in range(cols):
+                    dst[(c * rows + y) * cols + x] = <float>row[x * channels + c] * scales[c] - biases[c]
+    return result
+
+
+def gray8_to_planar(src, mean, std, *, width=None, height=None, stride=None, out=None):
+    """Gray 8-bit pixels to float32 ``[1, H, W]``: ``p * (1 / (255 * std)) - mean / std`` (§6, D15, D16).
+
+    Parameters
+    ----------
+    src : uint8 ndarray ``[H, W]`` or any bytes-like buffer
+        With a buffer, give ``width``, ``height`` and (for padded rows) ``stride`` in bytes.
+    mean, std : float
+        Rounded to float32 before use.
+    out : float32 ndarray ``[1, H, W]``, optional
+        Written in place and returned.
+    """
+    return to_planar(src, 1, mean, std, width, height, stride, out)
+
+
+def rgb8_to_planar(src, mean, std, *, width=None, height=None, stride=None, out=None):
+    """Interleaved RGB 8-bit pixels to planar float32 ``[3, H, W]``, per channel as in §6 (D15, D16).
+
+    Parameters
+    ----------
+    src : uint8 ndarray ``[H, W, 3]`` or any bytes-like buffer
+        With a buffer, give ``width``, ``height`` and ``stride`` (bytes per row, >= 3 * width).
+    mean, std : float or three floats
+        Per channel (R, G, B), rounded to float32 before use.
+    out : float32 ndarray ``[3, H, W]``, optional
+        Written in place and returned.
+    """
+    return to_planar(src, 3, mean, std, width, height, stride, out)
