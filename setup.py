@@ -38,7 +38,8 @@ extensions = [
         f"onemodel_cy.{name}",
         [f"onemodel_cy/{name}.pyx"],
         include_dirs=[numpy.get_include()],
-        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION"),
+                       ("ONEMODEL_CY_CHECKS", "1" if CHECKS else "0")],
         extra_compile_args=CFLAGS,
     )
     for name in MODULES

@@ -12,6 +12,7 @@ from onemodel_cy._bufferpool import BufferPool
 from onemodel_cy._collate import (Augmentation, GainOffset, GaussianNoise, ImageBatch,
                                   ImageBatchCollator)
 from onemodel_cy._image import gray8_to_planar, rgb8_to_planar
+from onemodel_cy.loader import BatchStream, DataLoader, threads_available
 
 globals().update(_STREAMS)
 
@@ -24,4 +25,5 @@ __all__ = [
     "Sample", "ArrayImageDataset", "SyntheticLineImages",
     "BufferPool", "ImageBatchCollator", "ImageBatch", "Augmentation", "GainOffset", "GaussianNoise",
     "gray8_to_planar", "rgb8_to_planar",
+    "DataLoader", "BatchStream", "threads_available",
 ]

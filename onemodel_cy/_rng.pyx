@@ -13,6 +13,12 @@ from onemodel_cy._typedefs cimport u64, u32
 
 cnp.import_array()
 
+cdef extern from *:
+    int ONEMODEL_CY_CHECKS    # set by setup.py
+
+#: True when built with ONEMODEL_CY_CHECKS=1 (bounds, wraparound and initialisation checks on).
+BUILT_WITH_CHECKS = bool(ONEMODEL_CY_CHECKS)
+
 cdef object MASK64 = (1 << 64) - 1
 
 #: The named streams of §2 and of this package (see docs/contract.md).

@@ -1,0 +1,5 @@
+import sys
+
+from onemodel_cy.cli import main
+
+sys.exit(main())
