@@ -294,9 +294,13 @@ cdef class BucketedSampler(Sampler):
 
     def __init__(self, lengths, batch_size, pool_batches, seed):
         array = np.asarray(lengths)
-        if array.ndim != 1 or not (array.dtype.kind in "iu" or array.size == 0):
-            raise TypeError(f"lengths must be a 1-D sequence of integers, received dtype={array.dtype}, "
-                            f"shape={array.shape}")
+        if array.ndim != 1:
+            raise TypeError(f"lengths must be a 1-D sequence of integers, received shape={array.shape}")
+        if array.dtype.kind not in "iu" and array.size:
+            for position, value in enumerate(lengths):
+                as_index(value, f"lengths[{position}]")
+            # Integers too large for int64 (the range check below names them).
+            array = np.asarray(array.tolist(), dtype=object)
         self.n = array.shape[0]
         if not 1 <= self.n < (1 << 32):
             raise ValueError(f"lengths must hold between 1 and 2**32 - 1 entries, received {self.n}")
