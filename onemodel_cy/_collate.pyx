@@ -43,6 +43,9 @@ cdef class Augmentation:
 
     def __call__(self, image, SampleRng rng not None):
         """Edit ``image`` (writable C-contiguous float32 ``[C, H, W]``) in place, drawing from ``rng``."""
+        if type(self) not in BUILTIN_AUGMENTATIONS:
+            raise NotImplementedError(f"{type(self).__name__} must define __call__(image, rng); only the "
+                                      f"built-in augmentations have a GIL-free kernel")
         if (not isinstance(image, np.ndarray) or image.dtype != np.float32 or image.ndim != 3
                 or not image.flags.c_contiguous or not image.flags.writeable):
             raise TypeError(f"{type(self).__name__} edits a writable C-contiguous float32 [C, H, W] "
@@ -126,6 +129,11 @@ cdef class GaussianNoise(Augmentation):
         for r in range(rows):
             for x in range(width):
                 dst[r * dst_stride + x] = src[r * src_stride + x] + self.sigma * draw_normal(state)
+
+
+# Exactly these types run their kernel without the GIL; a Python subclass of
+# Augmentation is an ordinary callable.
+BUILTIN_AUGMENTATIONS = (GainOffset, GaussianNoise)
 
 
 cdef float _finite(value, str name) except? -1:
@@ -345,7 +353,7 @@ cdef class ImageBatchCollator:
             raise TypeError(f"augmentation must be callable as aug(image, rng) or None, "
                             f"received {type(augmentation).__name__}")
         self.augmentation = augmentation
-        self._builtin = augmentation if isinstance(augmentation, Augmentation) else None
+        self._builtin = augmentation if type(augmentation) in BUILTIN_AUGMENTATIONS else None
         if pool is not None and not isinstance(pool, BufferPool):
             raise TypeError(f"pool must be a BufferPool or None, received {type(pool).__name__}")
         self.pool = pool if pool is not None else BufferPool()

@@ -27,7 +27,7 @@ def as_target(target, str where="target"):
     if array.size and (array.min() < 0 or array.max() >= INT32_LIMIT):
         raise ValueError(f"{where} values must lie in [0, 2**31), received min={array.min()}, "
                          f"max={array.max()}")
-    return array.astype(np.int32, copy=False)
+    return np.ascontiguousarray(array, dtype=np.int32)
 
 
 cdef class Sample:

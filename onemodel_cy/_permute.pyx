@@ -44,8 +44,6 @@ def permutation(n, key):
     cdef Permutation perm = permutation_of(size, as_u64(key, "key"))
     cdef cnp.ndarray out = np.empty(<Py_ssize_t>size, dtype=np.int64)
     cdef i64* dst = <i64*>cnp.PyArray_DATA(out)
-    cdef u64 p
     with nogil:
-        for p in range(size):
-            dst[p] = <i64>permute(&perm, p)
+        permute_range(&perm, 0, size, dst)
     return out

@@ -15,7 +15,7 @@ from onemodel_cy._typedefs cimport u64, i64
 from onemodel_cy._rng cimport (as_u64, as_count, as_index, derive_seed, draw_double, draw_int,
                                STREAM_EPOCH_ORDER, STREAM_MIXING, STREAM_BUCKET_ORDER,
                                STREAM_BUCKET_PLACE)
-from onemodel_cy._permute cimport Permutation, permutation_of, permute
+from onemodel_cy._permute cimport Permutation, permutation_of, permute, permute_range
 
 cnp.import_array()
 
@@ -173,8 +173,7 @@ cdef class ShuffledSampler(_RangeSampler):
         cdef Permutation perm = permutation_of(<u64>self.n,
                                                derive_seed(self.seed, epoch, 0, 0, STREAM_EPOCH_ORDER))
         with nogil:
-            for i in range(length):
-                out[i] = <i64>permute(&perm, <u64>(start + i))
+            permute_range(&perm, <u64>start, <u64>length, out)
         return 0
 
 
@@ -357,8 +356,9 @@ cdef class BucketedSampler(Sampler):
         cdef Py_ssize_t p, start, t, i
         cdef u64 index, step
         with nogil:
+            permute_range(&order, 0, <u64>kept, <i64*>keys)
             for p in range(kept):
-                index = permute(&order, <u64>p)
+                index = keys[p]
                 keys[p] = (<u64>lengths[index] << 32) | index   # unique keys: any sort agrees
             start = 0
             while start < kept:
