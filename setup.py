@@ -34,7 +34,8 @@ else:
     CFLAGS = ["-O2", "-ftree-vectorize", "-fvect-cost-model=dynamic", "-ffp-contract=off",
               "-fno-fast-math"]
 
-MODULES = ["_rng", "_permute", "_samplers", "_bufferpool", "_collate", "_image", "_datasets"]
+MODULES = ["_rng", "_permute", "_samplers", "_bufferpool", "_collate", "_image", "_datasets",
+           "_alloccount"]
 
 extensions = [
     Extension(
