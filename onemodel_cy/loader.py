@@ -54,6 +54,15 @@ def _integer(value, name, minimum):
     return v
 
 
+def _stable_name(obj) -> str:
+    """``repr(obj)``, unless it holds a memory address; then the object's (or its type's) qualified name."""
+    text = repr(obj)
+    if " at 0x" not in text:
+        return text
+    named = obj if hasattr(obj, "__qualname__") else type(obj)
+    return f"{getattr(named, '__module__', '?')}.{named.__qualname__}"
+
+
 class _Workspace:
     """What one building thread reuses from batch to batch (§5)."""
     __slots__ = ("indices", "samples")
@@ -86,10 +95,13 @@ class DataLoader:
     rank, world_size : int
         Rank ``r`` of ``w`` receives slots ``[r*B/w, (r+1)*B/w)`` of every global batch,
         with global slot numbers in every ``derive``; ``B`` must be divisible by ``w``.
+    timeout : float, optional
+        With workers, the longest wait for one batch before ``TimeoutError`` (as in
+        PyTorch's ``DataLoader``); by default the consumer waits while a worker is alive.
     """
 
     def __init__(self, dataset, sampler, collator, *, seed, workers=0, prefetch=2, transform=None,
-                 rank=0, world_size=1):
+                 rank=0, world_size=1, timeout=None):
         if not callable(getattr(dataset, "get_sample", None)) or not hasattr(dataset, "__len__"):
             raise TypeError(f"dataset must provide __len__ and get_sample(index), received "
                             f"{type(dataset).__name__}")
@@ -118,6 +130,9 @@ class DataLoader:
         if self.world_size > 1 and sampler.batch_length(sampler.steps_per_epoch - 1) != batch_size:
             raise ValueError(f"with world_size > 1 every batch must be full; {sampler!r} ends each epoch "
                              f"with a short batch (use drop_last=True)")
+        if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
+            raise ValueError(f"timeout must be a positive number of seconds or None, received {timeout!r}")
+        self.timeout = timeout
         share = batch_size // self.world_size
         self._slots = (self.rank * share, (self.rank + 1) * share)
         self._fast = isinstance(dataset, ArrayImageDataset) and transform is None
@@ -197,18 +212,22 @@ class DataLoader:
         self.epoch = _integer(epoch, "epoch", 0)
 
     def fingerprint(self) -> str:
-        """A description of everything the stream depends on, to refuse resuming a different pipeline."""
-        transform = self.transform
-        transform_name = None if transform is None else getattr(transform, "__qualname__", repr(transform))
+        """A description of everything the stream depends on, to refuse resuming a different pipeline.
+
+        Stable across processes: objects whose ``repr`` shows a memory address are named
+        by module and qualified name instead.
+        """
         c = self.collator
-        return (f"{self.sampler!r}|{type(self.dataset).__name__}[{len(self.dataset)}]|"
-                f"width_multiple={c.width_multiple},pad_value={c.pad_value!r},augmentation={c.augmentation!r}|"
-                f"seed={self.seed}|transform={transform_name}|rank={self.rank}/{self.world_size}")
+        return (f"{self.sampler!r}|{_stable_name(self.dataset)}[{len(self.dataset)}]|"
+                f"width_multiple={c.width_multiple},pad_value={c.pad_value!r},"
+                f"augmentation={_stable_name(c.augmentation)}|seed={self.seed}|"
+                f"transform={_stable_name(self.transform)}|rank={self.rank}/{self.world_size}")
 
     def __repr__(self):
         return (f"DataLoader(dataset={self.dataset!r}, sampler={self.sampler!r}, collator={self.collator!r}, "
                 f"seed={self.seed}, workers={self.workers}, prefetch={self.prefetch}, "
-                f"transform={self.transform!r}, rank={self.rank}, world_size={self.world_size})")
+                f"transform={self.transform!r}, rank={self.rank}, world_size={self.world_size}, "
+                f"timeout={self.timeout})")
 
 
 class _Slot:
@@ -275,8 +294,10 @@ def _work(ring, build, workspace):
             batch, error = build(g, workspace), None
         except BaseException as exc:  # delivered to the consumer at step g
             batch, error = None, exc
-            with ring.claim_lock:
-                ring.limit = g + 1 if ring.limit is None else min(ring.limit, g + 1)
+            # Claim nothing more. Not under claim_lock: its holder may be waiting for a
+            # slot that frees only once the consumer has taken this very step.
+            limit = ring.limit
+            ring.limit = g + 1 if limit is None else min(limit, g + 1)
         slot.step, slot.batch, slot.error = g, batch, error
         slot.ready.release()
 
@@ -340,9 +361,14 @@ class BatchStream:
     def _take(self, g):
         ring = self._ring
         slot = ring.slots[g % len(ring.slots)]
+        waited = 0.0
         while not slot.ready.acquire(True, _POLL):
+            waited += _POLL
             if not any(thread.is_alive() for thread in self._threads):
                 raise RuntimeError(f"every worker thread ended before building step {g}")
+            if self.loader.timeout is not None and waited >= self.loader.timeout:
+                raise TimeoutError(f"no batch for step {g} after {self.loader.timeout} s "
+                                   f"(DataLoader timeout)")
         batch, error = slot.batch, slot.error
         slot.batch = slot.error = None
         if slot.step != g:  # the ring discipline makes this impossible; fail loudly if broken

@@ -1,0 +1,178 @@
+"""Handing batches to PyTorch (§5 memory, §1 ranks under torchrun).
+
+A batch's arrays are views of one pooled block. A tensor made from them must share that
+memory (no copy), and the pool must not hand the block to another batch while the tensor
+lives. Under ``torchrun`` every rank loads only its share, and the shares side by side are
+the global batch (``examples/torchrun_ranks.py``, run here on CPU with gloo).
+
+torch is a test dependency (the ``torch`` extra, pinned ``torch==2.13.0``, which CI
+installs): a missing torch is a collection error here, never a skip.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+try:
+    import torch
+except ImportError as exc:  # loud on purpose: these tests must run in CI
+    raise ImportError("spec_tests/test_torch_interop.py needs torch; install the test extras with "
+                      "`pip install -e '.[test,torch]'` (torch==2.13.0)") from exc
+
+import onemodel_cy as om
+from onemodel_cy import interop
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+EXAMPLE = os.path.join(ROOT, "examples", "torchrun_ranks.py")
+FIELDS = ("images", "widths", "targets", "target_lengths", "labels", "indices")
+
+
+def make_loader(workers=0, prefetch=2, augmentation=None):
+    dataset = om.SyntheticLineImages(64, height=4, min_width=3, max_width=20, seed=3)
+    sampler = om.ShuffledSampler(len(dataset), 8, seed=1)
+    collator = om.ImageBatchCollator(width_multiple=4, pad_value=-1.0,
+                                     augmentation=augmentation or om.GainOffset())
+    return om.DataLoader(dataset, sampler, collator, seed=7, workers=workers, prefetch=prefetch)
+
+
+def address(array):
+    return array.__array_interface__["data"][0]
+
+
+def block_range(batch):
+    """[lowest, highest) byte addresses covered by the batch's six arrays (one pooled block)."""
+    arrays = [getattr(batch, name) for name in FIELDS]
+    return (min(address(a) for a in arrays),
+            max(address(a) + a.nbytes for a in arrays))
+
+
+def overlaps(a, b):
+    return a[0] < b[1] and b[0] < a[1]
+
+
+def test_from_numpy_shares_the_batch_memory():
+    """torch.from_numpy on a batch's arrays copies nothing: the tensor and the array are the
+    same memory, and a write through either is seen by the other."""
+    loader = make_loader(workers=2)
+    with loader.iter(3, 5) as stream:
+        for batch in stream:
+            for name in FIELDS:
+                array = getattr(batch, name)
+                tensor = torch.from_numpy(array)
+                assert tensor.data_ptr() == address(array), f"{name}: torch.from_numpy copied"
+                assert tensor.dtype == (torch.float32 if name == "images" else torch.int32)
+                assert tuple(tensor.shape) == array.shape
+                if array.size:
+                    flat = tensor.reshape(-1)
+                    flat[0] = 77
+                    assert array.reshape(-1)[0] == 77, f"{name}: a write to the tensor is not seen by the batch"
+                    array.reshape(-1)[-1] = 55
+                    assert int(flat[-1]) == 55, f"{name}: a write to the batch is not seen by the tensor"
+
+
+def test_a_block_is_not_reused_while_a_tensor_holds_it():
+    """A tensor keeps the batch's pooled block alive: after batch.close(), many more batches of
+    the same size never land in that memory and the tensor's bytes do not change; once the
+    tensor is gone the pool recycles the block."""
+    loader = make_loader()
+    batch = loader.batch_at(5)
+    tensor = torch.from_numpy(batch.images)
+    snapshot = tensor.clone()
+    held = block_range(batch)
+    batch.close()
+    del batch
+    gc.collect()
+    for _ in range(40):
+        other = loader.batch_at(5)            # same shape: same size class of the pool
+        assert not overlaps(block_range(other), held), "a live tensor's memory was handed to a new batch"
+        other.close()
+        del other
+    assert torch.equal(tensor.view(torch.int32), snapshot.view(torch.int32)), "the tensor's bytes changed"
+
+    start = held[0]
+    del tensor
+    gc.collect()
+    first, second = loader.batch_at(5), loader.batch_at(5)
+    assert start in (block_range(first)[0], block_range(second)[0]), (
+        "after the tensor was dropped the pool did not recycle its block (the check above proves nothing)")
+
+
+def test_tensors_kept_from_a_running_stream_stay_intact():
+    """Tensors taken from a stream with worker threads stay valid and unchanged while the
+    stream keeps building (and recycling) later batches."""
+    loader = make_loader(workers=4, prefetch=4)
+    kept = []
+    with loader.iter(0, 40) as stream:
+        for batch in stream:
+            if batch.global_step % 5 == 0:
+                t = torch.from_numpy(batch.images)
+                kept.append((batch.global_step, t, t.clone()))
+            batch.close()
+    for g, tensor, snapshot in kept:
+        assert torch.equal(tensor.view(torch.int32), snapshot.view(torch.int32)), f"step {g} was overwritten"
+        expected = loader.batch_at(g).images
+        assert tensor.numpy().tobytes() == expected.tobytes()
+
+
+def test_interop_to_torch_shares_memory():
+    """interop.to_torch gives the six arrays as tensors over the same memory (no copy) that stay
+    valid after the batch is closed and more batches are built."""
+    loader = make_loader()
+    batch = loader.batch_at(9)
+    arrays = {name: np.array(getattr(batch, name)) for name in FIELDS}
+    tensors = interop.to_torch(batch, pin_memory=False)
+    assert set(tensors) == set(FIELDS)
+    for name in FIELDS:
+        t = tensors[name]
+        assert isinstance(t, torch.Tensor)
+        assert t.data_ptr() == address(getattr(batch, name)), f"{name}: to_torch copied"
+        assert t.dtype == (torch.float32 if name == "images" else torch.int32)
+        assert t.numpy().tobytes() == arrays[name].tobytes()
+    batch.close()
+    del batch
+    for _ in range(10):
+        loader.batch_at(9).close()
+    for name in FIELDS:
+        assert tensors[name].numpy().tobytes() == arrays[name].tobytes(), f"{name} changed after close"
+
+
+def test_interop_pin_memory_only_where_cuda_exists():
+    """pin_memory=True pins the tensors where CUDA exists, and is a clear error where it does not."""
+    batch = make_loader().batch_at(2)
+    if torch.cuda.is_available():
+        tensors = interop.to_torch(batch, pin_memory=True)
+        for name in FIELDS:
+            assert tensors[name].is_pinned(), name
+            assert tensors[name].numpy().tobytes() == getattr(batch, name).tobytes()
+    else:
+        with pytest.raises(RuntimeError, match="CUDA"):
+            interop.to_torch(batch, pin_memory=True)
+
+
+def _torchrun(*extra, timeout=120):
+    env = dict(os.environ, OMP_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone",
+                           EXAMPLE, *extra], capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+
+
+def test_torchrun_ranks_example_matches_the_global_batch():
+    """Under torchrun (2 CPU processes, gloo) each rank loads only its share of each batch, and
+    the shares gathered side by side equal the batch built in one process with world size 1."""
+    run = _torchrun()
+    assert run.returncode == 0, f"torchrun failed ({run.returncode}):\n{run.stdout[-3000:]}\n{run.stderr[-5000:]}"
+    assert "torchrun_ranks: OK: world size 2" in run.stdout, run.stdout
+
+
+def test_torchrun_ranks_example_detects_a_mismatch():
+    """The example's check can fail: a rank built with another seed makes it exit non-zero."""
+    run = _torchrun("--perturb-rank", "1", "--steps", "2")
+    assert run.returncode != 0, f"a perturbed rank went unnoticed:\n{run.stdout[-3000:]}"
+    assert "MISMATCH" in run.stdout + run.stderr
