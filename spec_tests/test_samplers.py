@@ -1,0 +1,415 @@
+"""§3 Samplers: Sequential, Shuffled, Mixing, Bucketed (readings D7-D12).
+
+All samplers are pure functions of (epoch, step-in-epoch): the tests ask in any order
+and compare with ``reference.py`` and with the properties the text states.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+from hypothesis import example, given, settings, strategies as st
+
+import reference as R
+
+M64 = R.M64
+SEEDS = st.one_of(st.integers(0, M64), st.integers(-(1 << 63), -1), st.sampled_from([0, 1, -1, M64]))
+EPOCHS = st.one_of(st.integers(0, 20), st.integers(0, (1 << 63) - 1), st.sampled_from([(1 << 63) - 1]))
+
+
+def _list(a):
+    assert isinstance(a, np.ndarray) and a.dtype == np.int64 and a.ndim == 1
+    return a.tolist()
+
+
+def _epoch(s, epoch):
+    return [_list(s.indices(epoch, k)) for k in range(s.steps_per_epoch)]
+
+
+@st.composite
+def range_config(draw, max_n=400):
+    n = draw(st.integers(1, max_n))
+    b = draw(st.integers(1, max(1, n + 3)))
+    drop = draw(st.booleans())
+    if drop and b > n:
+        b = draw(st.integers(1, n))
+    return n, b, drop
+
+
+# --------------------------------------------------------------------------- sequential
+
+@given(cfg=range_config(), epoch=EPOCHS, data=st.data())
+def test_sequential_matches_reference(om, cfg, epoch, data):
+    """Sequential: position step*B + i is the index itself, in every epoch."""
+    n, b, drop = cfg
+    s, r = om.SequentialSampler(n, b, drop), R.SequentialSampler(n, b, drop)
+    assert (s.steps_per_epoch, s.batch_size) == (r.steps_per_epoch, r.batch_size)
+    step = data.draw(st.integers(0, s.steps_per_epoch - 1))
+    assert _list(s.indices(epoch, step)) == r.indices(epoch, step)
+
+
+@given(cfg=range_config())
+def test_sequential_steps_per_epoch_and_coverage(om, cfg):
+    """Drop-last gives floor(n/B) full batches that cover exactly positions [0, S*B); without
+    it S = ceil(n/B) and the short last batch holds positions [(S-1)*B, n) (D8)."""
+    n, b, drop = cfg
+    s = om.SequentialSampler(n, b, drop)
+    flat = [i for batch in _epoch(s, 0) for i in batch]
+    if drop:
+        assert s.steps_per_epoch == n // b
+        assert flat == list(range(s.steps_per_epoch * b))
+        assert all(len(x) == b for x in _epoch(s, 0))
+    else:
+        assert s.steps_per_epoch == -(-n // b)
+        assert flat == list(range(n))
+        assert len(_list(s.indices(0, s.steps_per_epoch - 1))) == n - (s.steps_per_epoch - 1) * b
+
+
+# --------------------------------------------------------------------------- shuffled
+
+@given(cfg=range_config(max_n=5000), seed=SEEDS, epoch=EPOCHS, data=st.data())
+@example(cfg=(10, 3, False), seed=-1, epoch=0, data=None).via("short last batch, seed -1")
+def test_shuffled_matches_reference(om, cfg, seed, epoch, data):
+    """Shuffled: position p of epoch e reads index perm(p) keyed by Derive(seed, e, 0, 0,
+    101) (D7), seeds taken mod 2^64 (D3)."""
+    n, b, drop = cfg
+    s, r = om.ShuffledSampler(n, b, seed, drop), R.ShuffledSampler(n, b, seed, drop)
+    assert (s.steps_per_epoch, s.batch_size) == (r.steps_per_epoch, r.batch_size)
+    steps = [s.steps_per_epoch - 1] if data is None else [
+        data.draw(st.integers(0, s.steps_per_epoch - 1)), s.steps_per_epoch - 1]
+    for step in steps:
+        assert _list(s.indices(epoch, step)) == r.indices(epoch, step)
+
+
+@given(cfg=range_config(max_n=3000), seed=SEEDS, epoch=st.integers(0, 1000))
+def test_shuffled_every_index_once_per_epoch(om, cfg, seed, epoch):
+    """Every index appears once per epoch; with drop-last exactly the images at the first
+    S*B positions of the epoch's permutation are used, without it all n of them."""
+    n, b, drop = cfg
+    s = om.ShuffledSampler(n, b, seed, drop)
+    flat = [i for batch in _epoch(s, epoch) for i in batch]
+    key = om.derive(seed, epoch, 0, 0, 101)
+    used = s.steps_per_epoch * b if drop else n
+    assert flat == om.permutation(n, key)[:used].tolist()
+    assert len(set(flat)) == len(flat) == used
+    assert s.steps_per_epoch == (n // b if drop else -(-n // b))
+
+
+@given(n=st.integers(2, 2000), seed=SEEDS, epoch=st.integers(0, 100), data=st.data())
+def test_shuffled_maps_position_to_perm_not_inverse(om, n, seed, epoch, data):
+    """D7: the index at position p is perm(p), not the p such that perm(p) = position."""
+    b = data.draw(st.integers(1, n))
+    s = om.ShuffledSampler(n, b, seed, False)
+    key = om.derive(seed, epoch, 0, 0, 101)
+    step = data.draw(st.integers(0, s.steps_per_epoch - 1))
+    got = _list(s.indices(epoch, step))
+    assert got == [om.keyed_permutation(step * b + i, n, key) for i in range(len(got))]
+
+
+@given(n=st.integers(64, 2000), seed=SEEDS)
+def test_shuffled_epochs_differ(om, n, seed):
+    """The epoch enters the key, so consecutive epochs use different orders."""
+    s = om.ShuffledSampler(n, n, seed)
+    assert _list(s.indices(0, 0)) != _list(s.indices(1, 0))
+
+
+# --------------------------------------------------------------------------- mixing
+
+@st.composite
+def mixing_config(draw):
+    k = draw(st.integers(1, 5))
+    sources, start = [], 0
+    for _ in range(k):
+        size = draw(st.one_of(st.integers(0, 60), st.integers(0, (1 << 40))))
+        share = draw(st.one_of(st.floats(0, 10, allow_nan=False), st.sampled_from([0.0, 1.0, 0.1])))
+        sources.append((start, size, share))
+        start = draw(st.integers(0, 1 << 20)) if draw(st.booleans()) else start + size
+    if not any(sh > 0 and sz > 0 for _, sz, sh in sources):
+        sources.append((start, 7, 0.5))
+    return sources
+
+
+@given(sources=mixing_config(), b=st.integers(1, 40), steps=st.integers(1, 20), seed=SEEDS,
+       epoch=EPOCHS, data=st.data())
+def test_mixing_matches_reference(om, sources, b, steps, seed, epoch, data):
+    """Mixing: slot j of step s takes one double from Derive(seed, e, s, j, 102), picks the
+    first eligible source whose float64 cumulative share exceeds it (zero-share and empty
+    sources skipped, last eligible as fallback), then adds a bounded draw to its start
+    (D9, D10)."""
+    s, r = om.MixingSampler(sources, b, steps, seed), R.MixingSampler(sources, b, steps, seed)
+    assert (s.steps_per_epoch, s.batch_size) == (steps, b)
+    step = data.draw(st.integers(0, steps - 1))
+    assert _list(s.indices(epoch, step)) == r.indices(epoch, step)
+
+
+@st.composite
+def share_vectors(draw):
+    k = draw(st.integers(1, 6))
+    return draw(st.lists(st.floats(0.02, 1.0, allow_nan=False), min_size=k, max_size=k))
+
+
+@settings(derandomize=True, max_examples=25)
+@given(shares=share_vectors(), seed=st.integers(0, M64))
+def test_mixing_counts_within_four_sigma(om, shares, seed):
+    """Draws are independent and with replacement, so the shares hold in expectation: over
+    10,000 draws the count of each source lies within 4 binomial standard deviations
+    sqrt(N p (1 - p)) of N p, p being its normalised share."""
+    sources = [(100 * k, 100, sh) for k, sh in enumerate(shares)]
+    s = om.MixingSampler(sources, 100, 100, seed)
+    counts = np.zeros(len(shares), dtype=np.int64)
+    for step in range(100):
+        counts += np.bincount(s.indices(0, step) // 100, minlength=len(shares))
+    assert counts.sum() == 10_000
+    total = sum(shares)
+    for c, sh in zip(counts, shares):
+        p = sh / total
+        sigma = math.sqrt(10_000 * p * (1 - p))
+        assert abs(c - 10_000 * p) <= 4 * sigma + 1e-9, (c, p, sigma)
+
+
+@given(seed=SEEDS, epoch=st.integers(0, 50), b=st.integers(1, 64))
+def test_mixing_skips_zero_share_and_empty_sources(om, seed, epoch, b):
+    """A source takes part only with share > 0 and size > 0: an empty source with the
+    largest share and a zero-share source are never drawn from (D10)."""
+    sources = [(0, 0, 100.0), (1000, 50, 0.0), (2000, 30, 1.0), (3000, 20, 2.0)]
+    s = om.MixingSampler(sources, b, 3, seed)
+    for step in range(3):
+        for i in _list(s.indices(epoch, step)):
+            assert 2000 <= i < 2030 or 3000 <= i < 3020
+
+
+@given(seed=SEEDS, epoch=st.integers(0, 50))
+def test_mixing_slot_uses_its_own_derived_rng(om, seed, epoch):
+    """Per slot one NextDouble then one NextInt(size) from Derive(seed, e, s, slot, 102):
+    with a single source the index is start + the second draw of that rng."""
+    s = om.MixingSampler([(40, 13, 1.0)], 8, 4, seed)
+    for step in range(4):
+        want = []
+        for slot in range(8):
+            rng = om.SampleRng(om.derive(seed, epoch, step, slot, 102))
+            rng.next_double()
+            want.append(40 + rng.next_int(13))
+        assert _list(s.indices(epoch, step)) == want
+
+
+# --------------------------------------------------------------------------- bucketed
+
+@st.composite
+def bucket_config(draw, max_n=300):
+    n = draw(st.integers(1, max_n))
+    lengths = draw(st.one_of(
+        st.lists(st.integers(0, 10), min_size=n, max_size=n),             # many ties
+        st.lists(st.integers(0, (1 << 31) - 1), min_size=n, max_size=n)))
+    b = draw(st.integers(1, n))
+    pool = draw(st.integers(1, 12))
+    return lengths, b, pool
+
+
+@given(cfg=bucket_config(), seed=SEEDS, epoch=EPOCHS, data=st.data())
+def test_bucketed_matches_reference(om, cfg, seed, epoch, data):
+    """Bucketed (D11): shuffle with key Derive(seed, e, 0, 0, 103), keep S*B, sort pools of
+    B*poolBatches by (length << 32) | index, cut into batches, and serve batch t at step
+    perm(t) keyed by Derive(seed, e, 1, 0, 104) over S."""
+    lengths, b, pool = cfg
+    s, r = om.BucketedSampler(lengths, b, pool, seed), R.BucketedSampler(lengths, b, pool, seed)
+    assert (s.steps_per_epoch, s.batch_size) == (len(lengths) // b, b)
+    step = data.draw(st.integers(0, s.steps_per_epoch - 1))
+    assert _list(s.indices(epoch, step)) == r.indices(epoch, step)
+
+
+@given(cfg=bucket_config(), seed=SEEDS, epoch=st.integers(0, 1000))
+def test_bucketed_plan_structure(om, cfg, seed, epoch):
+    """The stated structure, rebuilt from the package's own permutation: the kept indices
+    are the first S*B of the epoch's shuffle, each once; each pool is sorted by the unique
+    key (length << 32) | index; and sorted batch t is the batch served at step perm(t)."""
+    lengths, b, pool = cfg
+    s = om.BucketedSampler(lengths, b, pool, seed)
+    S = s.steps_per_epoch
+    served = _epoch(s, epoch)
+    order = om.permutation(len(lengths), om.derive(seed, epoch, 0, 0, 103))[:S * b].tolist()
+    flat = []
+    for start in range(0, S * b, b * pool):
+        flat += sorted(order[start:start + b * pool], key=lambda i: (lengths[i] << 32) | i)
+    place = om.derive(seed, epoch, 1, 0, 104)
+    for t in range(S):
+        assert served[om.keyed_permutation(t, S, place)] == flat[t * b:(t + 1) * b]
+    kept = [i for batch in served for i in batch]
+    assert sorted(kept) == sorted(order) and len(set(kept)) == S * b
+
+
+@given(seed=SEEDS, queries=st.lists(st.tuples(st.integers(0, 12), st.integers(0, 9)),
+                                    min_size=1, max_size=25))
+@example(seed=3, queries=[(5, 0), (4, 1), (9, 2), (5, 3), (0, 4), (4, 5), (5, 9)]).via("5, 4, 9, 5, 0")
+def test_bucketed_plan_cache_is_invisible(om, seed, queries):
+    """The plan is cached for the current and previous epoch only, which must not show:
+    one sampler asked epochs in any order answers like a fresh sampler per question."""
+    lengths = [(i * 7919) % 53 for i in range(41)]
+    shared = om.BucketedSampler(lengths, 4, 3, seed)
+    for epoch, step in queries:
+        fresh = om.BucketedSampler(lengths, 4, 3, seed)
+        assert _list(shared.indices(epoch, step)) == _list(fresh.indices(epoch, step))
+
+
+# --------------------------------------------------------------------------- indices_into, purity
+
+def _samplers(om):
+    return [om.SequentialSampler(23, 5, False), om.ShuffledSampler(23, 5, 9, False),
+            om.MixingSampler([(0, 10, 0.4), (10, 13, 0.6)], 5, 4, 9),
+            om.BucketedSampler([i % 6 for i in range(23)], 5, 2, 9)]
+
+
+@given(epoch=st.integers(0, 40), data=st.data())
+def test_indices_into_equals_indices(om, epoch, data):
+    """Writing a batch into a caller's int64 buffer gives the same indices and their count."""
+    for s in _samplers(om):
+        step = data.draw(st.integers(0, s.steps_per_epoch - 1))
+        want = _list(s.indices(epoch, step))
+        out = np.full(s.batch_size + 3, -7, dtype=np.int64)
+        k = s.indices_into(epoch, step, out)
+        assert k == len(want)
+        assert out[:k].tolist() == want
+        assert (out[k:] == -7).all()
+
+
+@given(queries=st.lists(st.tuples(st.integers(0, 30), st.integers(0, 3)), min_size=1, max_size=30))
+def test_samplers_are_pure_functions_of_epoch_and_step(om, queries):
+    """Every sampler is a pure function of (epoch, step): any order of questions gives the
+    answers the oracle gives for each question alone."""
+    refs = [R.SequentialSampler(23, 5, False), R.ShuffledSampler(23, 5, 9, False),
+            R.MixingSampler([(0, 10, 0.4), (10, 13, 0.6)], 5, 4, 9),
+            R.BucketedSampler([i % 6 for i in range(23)], 5, 2, 9)]
+    for s, r in zip(_samplers(om), refs):
+        for epoch, step in queries:
+            step %= s.steps_per_epoch
+            assert _list(s.indices(epoch, step)) == r.indices(epoch, step)
+
+
+# --------------------------------------------------------------------------- bad input
+
+def _received(value) -> str:
+    if isinstance(value, str):
+        return r"'%s'|\"%s\"" % (re.escape(value), re.escape(value))
+    return re.escape(repr(value))
+
+
+def _constructors(om):
+    """name -> (build(**overrides), the integer parameters it checks)."""
+    return {
+        "sequential": (lambda n=10, batch_size=3: om.SequentialSampler(n, batch_size),
+                       ["n", "batch_size"]),
+        "shuffled": (lambda n=10, batch_size=3, seed=1: om.ShuffledSampler(n, batch_size, seed),
+                     ["n", "batch_size", "seed"]),
+        "mixing": (lambda batch_size=3, steps_per_epoch=2, seed=1:
+                   om.MixingSampler([(0, 5, 1.0)], batch_size, steps_per_epoch, seed),
+                   ["batch_size", "steps_per_epoch", "seed"]),
+        "bucketed": (lambda batch_size=3, pool_batches=2, seed=1:
+                     om.BucketedSampler(list(range(10)), batch_size, pool_batches, seed),
+                     ["batch_size", "pool_batches", "seed"]),
+    }
+
+
+@pytest.mark.parametrize("kind", ["sequential", "shuffled", "mixing", "bucketed"])
+@pytest.mark.parametrize("bad", [0, -1, -7])
+def test_zero_or_negative_sizes_are_errors(om, kind, bad):
+    """Sizes, batch sizes, steps per epoch and pool sizes must be >= 1; zero or negative
+    values are refused with a message naming them."""
+    build, params = _constructors(om)[kind]
+    for p in params:
+        if p == "seed":
+            continue
+        with pytest.raises(ValueError, match=_received(bad)):
+            build(**{p: bad})
+
+
+@pytest.mark.parametrize("kind", ["sequential", "shuffled", "mixing", "bucketed"])
+@pytest.mark.parametrize("bad", [1.5, "3", None])
+def test_non_integer_arguments_are_type_errors(om, kind, bad):
+    """Every integer constructor argument refuses a non-integer with a type error naming it."""
+    build, params = _constructors(om)[kind]
+    for p in params:
+        with pytest.raises(TypeError, match=_received(bad)):
+            build(**{p: bad})
+
+
+@pytest.mark.parametrize("kind", ["sequential", "shuffled", "mixing", "bucketed"])
+def test_step_epoch_out_of_range_and_non_integers(om, kind):
+    """A step outside [0, steps_per_epoch), a negative epoch, or a non-integer epoch or
+    step is refused, naming the value."""
+    s = _constructors(om)[kind][0]()
+    S = s.steps_per_epoch
+    out = np.zeros(s.batch_size, dtype=np.int64)
+    for step in (S, -1, S + 100):
+        with pytest.raises(ValueError, match=_received(step)):
+            s.indices(0, step)
+        with pytest.raises(ValueError, match=_received(step)):
+            s.indices_into(0, step, out)
+    with pytest.raises(ValueError, match=_received(-1)):
+        s.indices(-1, 0)
+    with pytest.raises(ValueError, match=_received(-5)):
+        s.indices(-5, 0)
+    for bad in (1.5, "3", None):
+        with pytest.raises(TypeError, match=_received(bad)):
+            s.indices(bad, 0)
+        with pytest.raises(TypeError, match=_received(bad)):
+            s.indices(0, bad)
+
+
+def test_mixing_negative_share_is_an_error(om):
+    """D10: a negative share is refused, naming it."""
+    with pytest.raises(ValueError, match=re.escape("-0.25")):
+        om.MixingSampler([(0, 5, 0.5), (5, 5, -0.25)], 4, 2, 0)
+
+
+@pytest.mark.parametrize("sources", [
+    [(0, 0, 1.0), (5, 5, 0.0)],
+    [(0, 5, 0.0)],
+    [(0, 0, 0.0), (3, 0, 2.0)],
+    [],
+])
+def test_mixing_without_eligible_source_is_an_error(om, sources):
+    """D10: if no source has both share > 0 and size > 0 the sampler cannot be built."""
+    with pytest.raises(ValueError):
+        om.MixingSampler(sources, 4, 2, 0)
+
+
+@pytest.mark.parametrize("bad", [-1, 1 << 31, (1 << 31) + 5, 1 << 40])
+def test_bucketed_length_outside_range_is_an_error(om, bad):
+    """D11: lengths lie in [0, 2^31) so the sort key (length << 32) | index is unique; any
+    other length is refused, naming it."""
+    with pytest.raises(ValueError, match=_received(bad)):
+        om.BucketedSampler([1, 2, bad, 3], 2, 1, 0)
+
+
+@pytest.mark.parametrize("bad", [1.5, "3", None])
+def test_bucketed_non_integer_length_is_a_type_error(om, bad):
+    """A length that is not an integer is a type error naming it."""
+    with pytest.raises(TypeError, match=_received(bad)):
+        om.BucketedSampler([1, 2, bad, 3], 2, 1, 0)
+
+
+def test_bucketed_edge_lengths_are_accepted(om):
+    """The end points of the length range, 0 and 2^31 - 1, are valid."""
+    s = om.BucketedSampler([0, (1 << 31) - 1, 0, (1 << 31) - 1], 2, 1, 0)
+    r = R.BucketedSampler([0, (1 << 31) - 1, 0, (1 << 31) - 1], 2, 1, 0)
+    assert _epoch(s, 0) == [r.indices(0, k) for k in range(2)]
+
+
+def test_reference_rejects_the_same_inputs(ref):
+    """The oracle refuses the inputs the package must refuse, with the same types."""
+    with pytest.raises(ValueError, match=re.escape("-0.25")):
+        ref.MixingSampler([(0, 5, 0.5), (5, 5, -0.25)], 4, 2, 0)
+    with pytest.raises(ValueError):
+        ref.MixingSampler([(0, 0, 1.0), (5, 5, 0.0)], 4, 2, 0)
+    with pytest.raises(ValueError, match=_received(1 << 31)):
+        ref.BucketedSampler([1, 1 << 31], 1, 1, 0)
+    with pytest.raises(ValueError, match=_received(0)):
+        ref.SequentialSampler(10, 0)
+    with pytest.raises(ValueError, match=_received(3)):
+        ref.ShuffledSampler(10, 3, 0).indices(0, 3)
+    with pytest.raises(ValueError, match=_received(-1)):
+        ref.SequentialSampler(10, 3).indices(-1, 0)
+    with pytest.raises(TypeError, match=_received("3")):
+        ref.SequentialSampler("3", 1)
