@@ -4,12 +4,15 @@ All compiler directives and C flags live here, in one place. ``ONEMODEL_CY_CHECK
 rebuilds every module with bounds, wraparound and initialisation checks switched on
 (CI runs the spec tests once that way).
 """
+import glob
 import os
+import shutil
 
 import numpy
 from Cython.Build import cythonize
 from Cython import __version__ as cython_version
 from setuptools import Extension, setup
+from setuptools.command.build_py import build_py
 
 CHECKS = os.environ.get("ONEMODEL_CY_CHECKS", "0") not in ("", "0")
 
@@ -50,4 +53,19 @@ extensions = [
     if os.path.exists(f"onemodel_cy/{name}.pyx")
 ]
 
-setup(ext_modules=cythonize(extensions, compiler_directives=DIRECTIVES, force=True))
+
+class build_py_with_vectors(build_py):
+    """Ship the known-answer vectors (kept in spec_tests/data/) inside the package, for
+    ``onemodel-cy conformance``; an editable install reads them from the source tree."""
+
+    def run(self):
+        super().run()
+        target = os.path.join(self.build_lib, "onemodel_cy", "conformance", "vectors")
+        os.makedirs(target, exist_ok=True)
+        for path in glob.glob(os.path.join("spec_tests", "data", "*.json")) + [
+                os.path.join("spec_tests", "data", "README.md")]:
+            shutil.copy(path, target)
+
+
+setup(ext_modules=cythonize(extensions, compiler_directives=DIRECTIVES, force=True),
+      cmdclass={"build_py": build_py_with_vectors})

@@ -61,8 +61,9 @@ def main(argv=None) -> int:
         run=lambda a: __import__("onemodel_cy.conformance", fromlist=["main"]).main(a.args))
 
     args = parser.parse_args(argv)
-    if getattr(args, "steps", 1) < 2:
-        parser.error("--steps must be >= 2")
+    if args.command == "demo" and (args.steps < 2 or args.workers < 0):
+        parser.error(f"demo needs --steps >= 2 and --workers >= 0, received --steps {args.steps} "
+                     f"--workers {args.workers}")
     return args.run(args)
 
 

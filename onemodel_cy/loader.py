@@ -127,14 +127,17 @@ class DataLoader:
         batch_size = sampler.batch_size
         if batch_size % self.world_size:
             raise ValueError(f"batch_size ({batch_size}) must be divisible by world_size ({self.world_size})")
-        if self.world_size > 1 and sampler.batch_length(sampler.steps_per_epoch - 1) != batch_size:
-            raise ValueError(f"with world_size > 1 every batch must be full; {sampler!r} ends each epoch "
-                             f"with a short batch (use drop_last=True)")
         if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
             raise ValueError(f"timeout must be a positive number of seconds or None, received {timeout!r}")
         self.timeout = timeout
         share = batch_size // self.world_size
         self._slots = (self.rank * share, (self.rank + 1) * share)
+        # A short last batch (drop_last=False) is shared by slot range as it stands; a
+        # rank whose whole range lies past its end would receive nothing.
+        last = sampler.batch_length(sampler.steps_per_epoch - 1)
+        if last <= self._slots[0]:
+            raise ValueError(f"rank {self.rank} of {self.world_size} owns slots {list(self._slots)} but the last "
+                             f"batch of each epoch of {sampler!r} holds only {last}; use drop_last=True")
         self._fast = isinstance(dataset, ArrayImageDataset) and transform is None
         self.epoch = 0
 

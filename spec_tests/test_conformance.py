@@ -1,0 +1,85 @@
+"""The port checker (`onemodel-cy conformance`): this package passes every vector of every
+section, and the checker catches what a wrong port would hand in."""
+from __future__ import annotations
+
+import copy
+import io
+import json
+
+import pytest
+
+from conftest import load_vectors
+
+FILES = ("rng.json", "permutation.json", "samplers.json", "collate.json", "image.json",
+         "synthetic.json", "stream.json")
+
+
+@pytest.fixture(scope="module")
+def own_results():
+    from onemodel_cy.conformance import run_self
+    return run_self()
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_package_reproduces_every_vector(own_results, name):
+    """Every known answer (§1 stream, §2, §3, §4, §6, the synthetic dataset), replayed
+    through the compiled package, matches: the package conforms to the vectors it ships."""
+    from onemodel_cy.conformance.replay import differences
+    got = {c["name"]: c["output"] for c in own_results[name]["cases"]}
+    for case in load_vectors(name)["cases"]:
+        assert differences(case["output"], got[case["name"]]) == [], case["name"]
+
+
+def _check(results, **kw):
+    from onemodel_cy.conformance import check
+    out = io.StringIO()
+    return check(results, out=out, **kw), out.getvalue()
+
+
+def test_checker_passes_the_package_and_names_a_wrong_value(own_results):
+    """A port whose one label of one stream batch is off fails, and the report names the
+    case, its pins and the path of the wrong value."""
+    assert _check(own_results)[0] == 0
+    broken = copy.deepcopy(own_results)
+    broken["stream.json"]["cases"][0]["output"]["batches"][1]["labels"][0] += 1
+    failures, report = _check(broken)
+    assert failures == 1
+    assert "batches[1].labels[0]" in report and "§1" in report
+
+
+def test_checker_catches_a_wrong_float_bit_and_a_missing_case(own_results):
+    """One float32 bit of one draw, or a case left out, is a failure; with --allow-missing
+    a partial port (say §2 only) is checked on what it handed in."""
+    broken = copy.deepcopy(own_results)
+    for case in broken["rng.json"]["cases"]:
+        if case["name"].startswith("next_single"):
+            value = int(case["output"]["values"][0], 16) ^ 1
+            case["output"]["values"][0] = "0x%08x" % value
+            break
+    assert _check(broken)[0] == 1
+    partial = {"rng.json": own_results["rng.json"]}
+    assert _check(partial)[0] > 0
+    assert _check(partial, allow_missing=True)[0] == 0
+
+
+def test_refused_inputs_must_be_refused(own_results):
+    """A vector whose input must be refused fails a port that accepts it."""
+    broken = copy.deepcopy(own_results)
+    refused = [c for c in broken["samplers.json"]["cases"] if "error" in c["output"]]
+    assert refused
+    refused[0]["output"] = {"accepted": True}
+    assert _check(broken)[0] == 1
+
+
+def test_cli_export_run_and_check(tmp_path):
+    """`export` writes the vectors a port reads; `run --out` writes results a port can
+    imitate; `check` on them exits 0, and 1 after a change."""
+    from onemodel_cy.conformance import main
+    assert main(["export", str(tmp_path / "vectors")]) == 0
+    assert json.loads((tmp_path / "vectors" / "rng.json").read_text())["cases"]
+    assert main(["run", "--out", str(tmp_path / "results")]) == 0
+    assert main(["check", str(tmp_path / "results")]) == 0
+    doc = json.loads((tmp_path / "results" / "collate.json").read_text())
+    doc["cases"][0]["output"]["widths"][0] += 1
+    (tmp_path / "results" / "collate.json").write_text(json.dumps(doc))
+    assert main(["check", str(tmp_path / "results")]) == 1
