@@ -262,6 +262,7 @@ cdef class _Workspace:
     cdef Py_ssize_t capacity
     cdef cnp.ndarray scratch           # flat float32, reused while nobody else holds it
     cdef list keep                     # objects whose memory the slot table points into
+    cdef bint busy                     # in use by a collation on this thread
 
     def __cinit__(self):
         self.jobs = NULL
@@ -363,11 +364,16 @@ cdef class ImageBatchCollator:
         return (f"ImageBatchCollator(width_multiple={self.width_multiple}, pad_value={self.pad_value!r}, "
                 f"augmentation={self.augmentation!r}, pool={self.pool!r})")
 
-    cdef _Workspace workspace(self):
-        ws = getattr(self._local, "workspace", None)
+    cdef _Workspace acquire_workspace(self):
+        """This thread's workspace, or a fresh one when a collation on this thread is
+        already using it (an augmentation that collates, for instance)."""
+        cdef _Workspace ws = getattr(self._local, "workspace", None)
         if ws is None:
             ws = _Workspace()
             self._local.workspace = ws
+        elif ws.busy:
+            ws = _Workspace()
+        ws.busy = True
         return ws
 
     def collate(self, samples, indices, seed, epoch, step, *, first_slot=0):
@@ -376,19 +382,19 @@ cdef class ImageBatchCollator:
         ``indices[j]`` is the dataset index of ``samples[j]``; sample ``j`` sits at slot
         ``first_slot + j`` of the global batch, which keys its augmentation (D14, D17).
         """
-        cdef _Workspace ws = self.workspace()
         cdef Py_ssize_t n = len(samples), j
         if len(indices) != n:
             raise ValueError(f"indices must give one dataset index per sample: {n} samples, "
                              f"received {len(indices)} indices")
         if n == 0:
             raise ValueError("cannot collate an empty batch (0 samples)")
-        cdef SlotJob* jobs = ws.reserve(n)
+        cdef _Workspace ws = self.acquire_workspace()
+        cdef SlotJob* jobs
         cdef Py_ssize_t channels = 0, height = 0, c, h
         cdef Sample sample
         cdef cnp.ndarray image, target
-        ws.keep.clear()
         try:
+            jobs = ws.reserve(n)
             for j in range(n):
                 index = as_index(indices[j], f"indices[{j}]")
                 if not 0 <= index < INT32_LIMIT:
@@ -399,6 +405,9 @@ cdef class ImageBatchCollator:
                     raise TypeError(f"slot {first_slot + j} (dataset index {index}): expected a Sample, "
                                     f"received {type(item).__name__}")
                 sample = <Sample>item
+                if not isinstance(sample.image, np.ndarray):
+                    raise TypeError(f"slot {first_slot + j} (dataset index {index}): the Sample was never "
+                                    f"initialised (build it as Sample(image, target, label))")
                 image = sample.image
                 if image.dtype != np.float32 or image.ndim != 3:
                     raise TypeError(f"slot {first_slot + j} (dataset index {index}): image must be float32 "
@@ -423,6 +432,7 @@ cdef class ImageBatchCollator:
             return self.assemble(ws, n, channels, height, seed, epoch, step, first_slot)
         finally:
             ws.keep.clear()
+            ws.busy = False
 
     def collate_from(self, ArrayImageDataset dataset not None, cnp.ndarray indices not None, seed, epoch,
                      step, *, start=0, stop=None):
@@ -439,9 +449,7 @@ cdef class ImageBatchCollator:
         if not 0 <= lo < hi <= indices.shape[0]:
             raise ValueError(f"need 0 <= start < stop <= len(indices) = {indices.shape[0]}, "
                              f"received start={lo}, stop={hi}")
-        cdef _Workspace ws = self.workspace()
         cdef Py_ssize_t n = hi - lo, j, bad = -1
-        cdef SlotJob* jobs = ws.reserve(n)
         cdef const i64* idx = <const i64*>cnp.PyArray_DATA(indices) + lo
         cdef const i64* shapes = <const i64*>cnp.PyArray_DATA(dataset._shapes)
         cdef const i64* pixel_offsets = <const i64*>cnp.PyArray_DATA(dataset._pixel_offsets)
@@ -452,32 +460,39 @@ cdef class ImageBatchCollator:
         cdef Py_ssize_t count = dataset.count
         cdef i64 i
         cdef bint out_of_range = False
-        with nogil:
-            for j in range(n):
-                i = idx[j]
-                if not 0 <= i < count:
-                    bad = j
-                    out_of_range = True
-                    break
-                if shapes[3 * i] != shapes[3 * idx[0]] or shapes[3 * i + 1] != shapes[3 * idx[0] + 1]:
-                    bad = j
-                    break
-                jobs[j].pixels = pixels + pixel_offsets[i]
-                jobs[j].width = shapes[3 * i + 2]
-                jobs[j].target = targets + target_offsets[i]
-                jobs[j].target_length = target_offsets[i + 1] - target_offsets[i]
-                jobs[j].label = labels[i]
-                jobs[j].index = i
-        if bad >= 0:
-            if out_of_range:
-                raise IndexError(f"slot {lo + bad}: dataset index must lie in [0, {count}), received {idx[bad]}")
-            raise ValueError(
-                f"slot {lo + bad} (dataset index {idx[bad]}): every sample of a batch must share C and H; "
-                f"slot {lo} has C={shapes[3 * idx[0]]}, H={shapes[3 * idx[0] + 1]}, received "
-                f"C={shapes[3 * idx[bad]]}, H={shapes[3 * idx[bad] + 1]}")
-        if dataset.count >= INT32_LIMIT:
-            raise ValueError(f"dataset indices must fit int32 (§4 Indices), dataset has {dataset.count} samples")
-        return self.assemble(ws, n, shapes[3 * idx[0]], shapes[3 * idx[0] + 1], seed, epoch, step, lo)
+        cdef SlotJob* jobs
+        if count >= INT32_LIMIT:
+            raise ValueError(f"dataset indices must fit int32 (§4 Indices), the dataset has {count} samples")
+        cdef _Workspace ws = self.acquire_workspace()
+        try:
+            jobs = ws.reserve(n)
+            with nogil:
+                for j in range(n):
+                    i = idx[j]
+                    if not 0 <= i < count:
+                        bad = j
+                        out_of_range = True
+                        break
+                    if shapes[3 * i] != shapes[3 * idx[0]] or shapes[3 * i + 1] != shapes[3 * idx[0] + 1]:
+                        bad = j
+                        break
+                    jobs[j].pixels = pixels + pixel_offsets[i]
+                    jobs[j].width = shapes[3 * i + 2]
+                    jobs[j].target = targets + target_offsets[i]
+                    jobs[j].target_length = target_offsets[i + 1] - target_offsets[i]
+                    jobs[j].label = labels[i]
+                    jobs[j].index = i
+            if bad >= 0:
+                if out_of_range:
+                    raise IndexError(f"slot {lo + bad}: dataset index must lie in [0, {count}), "
+                                     f"received {idx[bad]}")
+                raise ValueError(
+                    f"slot {lo + bad} (dataset index {idx[bad]}): every sample of a batch must share C and H; "
+                    f"slot {lo} has C={shapes[3 * idx[0]]}, H={shapes[3 * idx[0] + 1]}, received "
+                    f"C={shapes[3 * idx[bad]]}, H={shapes[3 * idx[bad] + 1]}")
+            return self.assemble(ws, n, shapes[3 * idx[0]], shapes[3 * idx[0] + 1], seed, epoch, step, lo)
+        finally:
+            ws.busy = False
 
     cdef ImageBatch assemble(self, _Workspace ws, Py_ssize_t n, Py_ssize_t channels, Py_ssize_t height,
                              seed, epoch, step, Py_ssize_t first_slot):

@@ -1,0 +1,472 @@
+"""§5 Memory: batch tensors come from a BufferPool and are recycled.
+
+What the package promises (its reading of §5, in the BufferPool and ImageBatch
+docstrings): after warm-up a batch costs no new batch-sized allocation; memory a caller
+still holds (a kept array or view) is never handed to another batch; two live batches
+never share memory; a closed or dropped batch gives its memory back; the pool keeps at
+most ``max_bytes`` of free memory. A stateful test checks these against a plain model.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+import tracemalloc
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+import onemodel_cy
+
+FIELDS = ("images", "widths", "targets", "target_lengths", "labels", "indices")
+STAT_KEYS = {"hits", "misses", "bytes_held", "blocks_in_use", "bytes_in_use"}
+
+
+def _arrays(batch):
+    return [getattr(batch, name) for name in FIELDS]
+
+
+def _samples(om, b, c=1, h=4, widths=None, seed=0):
+    gen = np.random.default_rng(seed)
+    widths = widths or [5] * b
+    return [om.Sample(gen.random((c, h, w), dtype=np.float32), list(range(1 + k % 3)), k)
+            for k, w in enumerate(widths)]
+
+
+def _width_sorted_batches(ds, batch_size):
+    """Index arrays of consecutive chunks of the dataset sorted by width: padded widths vary."""
+    order = np.argsort(ds.widths, kind="stable").astype(np.int64)
+    return [np.ascontiguousarray(order[k:k + batch_size])
+            for k in range(0, len(order) - batch_size + 1, batch_size)]
+
+
+# --------------------------------------------------------------------------- warm reuse
+
+def test_warm_loop_allocates_no_batch_memory(om):
+    """After warm-up (every size class seen once), collating and closing batches of varying
+    padded widths is served from the pool: `misses` stays constant, and the traced peak
+    grows by less than 64 KiB over 24 batches of 1.2-4 MiB each (far below one batch), on
+    the dataset path, the list path and with a built-in augmentation."""
+    ds = om.SyntheticLineImages(1024, height=32, min_width=64, max_width=256, seed=5)
+    batches = _width_sorted_batches(ds, 128)
+    assert len(batches) == 8
+    pool = om.BufferPool()
+    plain = om.ImageBatchCollator(width_multiple=4, pool=pool)
+    fused = om.ImageBatchCollator(width_multiple=4, pool=pool, augmentation=om.GainOffset())
+    listed = [[ds.get_sample(int(i)) for i in idx] for idx in batches]
+    listed_idx = [idx.tolist() for idx in batches]
+    sizes = set()
+
+    def one_round(order):
+        for k in order:
+            b = plain.collate_from(ds, batches[k], 1, 0, k)
+            sizes.add(b.images.nbytes)
+            b.close()
+            fused.collate_from(ds, batches[k], 1, 0, k).close()
+            plain.collate(listed[k], listed_idx[k], 1, 0, k).close()
+
+    one_round(range(8))                       # warm-up
+    misses = pool.stats()["misses"]
+    assert len(sizes) >= 4 and max(sizes) >= 4 << 20      # varying, up to 4 MiB batches
+    tracemalloc.start()
+    try:
+        one_round(range(8))
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        for order in ([3, 1, 7, 0, 5, 2, 6, 4], [7, 6, 5, 4, 3, 2, 1, 0], range(8)):
+            one_round(order)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak - base < 64 * 1024, peak - base
+    stats = pool.stats()
+    assert stats["misses"] == misses
+    assert stats["hits"] >= 4 * 24
+    assert stats["blocks_in_use"] == 0 and stats["bytes_in_use"] == 0
+
+
+def test_python_augmentation_scratch_is_reused_when_warm(om):
+    """With a Python augmentation that keeps nothing, the per-sample scratch is reused:
+    a warm loop adds no sample-sized allocation beyond a few small objects per call."""
+    ds = om.SyntheticLineImages(64, height=32, min_width=200, max_width=256, seed=2)
+    idx = np.arange(64, dtype=np.int64)
+    col = om.ImageBatchCollator(augmentation=lambda img, rng: None)
+    for _ in range(2):
+        col.collate_from(ds, idx, 0, 0, 0).close()
+    tracemalloc.start()
+    try:
+        col.collate_from(ds, idx, 0, 0, 0).close()
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        for step in range(5):
+            col.collate_from(ds, idx, 0, 0, step).close()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    # one image is 32 * 256 * 4 = 32 KiB; a batch is 2 MiB
+    assert peak - base < 16 * 1024, peak - base
+
+
+# --------------------------------------------------------------------------- kept memory
+
+def test_kept_views_are_never_overwritten_and_then_recycled(om):
+    """An array or view taken from a batch stays valid after close() and is never written by
+    later batches (they get other memory); once the last such view is dropped the batch's
+    memory goes back to the pool and the next batch of that size reuses it (a hit)."""
+    pool = om.BufferPool()
+    col = om.ImageBatchCollator(pool=pool)
+    samples = _samples(om, 8, seed=1)
+    batch = col.collate(samples, list(range(8)), 0, 0, 0)
+    keep = batch.images[3]
+    keep2 = batch.targets
+    keep3 = batch.labels[2:5]
+    copies = [keep.copy(), keep2.copy(), keep3.copy()]
+    batch.close()
+    assert pool.stats()["blocks_in_use"] == 1
+    for step in range(1, 60):
+        other = _samples(om, 8, seed=100 + step)
+        with col.collate(other, list(range(8)), 0, 0, step) as b:
+            assert not any(np.shares_memory(arr, kept) for arr in _arrays(b)
+                           for kept in (keep, keep2, keep3))
+            b.images[...] = np.float32(step)        # a consumer writing its batch
+            b.targets[...] = step
+            b.labels[...] = step
+    assert all(np.array_equal(kept, copy) for kept, copy in zip((keep, keep2, keep3), copies))
+    before = pool.stats()
+    assert before["blocks_in_use"] == 1
+    del keep, keep2, keep3
+    after_drop = pool.stats()
+    assert after_drop["blocks_in_use"] == 0
+    assert after_drop["bytes_held"] > before["bytes_held"]
+    col.collate(samples, list(range(8)), 0, 0, 0).close()
+    col.collate(samples, list(range(8)), 0, 0, 0).close()
+    final = pool.stats()
+    assert final["hits"] == after_drop["hits"] + 2
+    assert final["misses"] == after_drop["misses"]
+
+
+def test_many_live_batches_never_share_memory(om):
+    """Any number of live batches own disjoint memory, and within a batch the six arrays do
+    not overlap either; after all are closed, a second generation (served from the pool)
+    is again pairwise disjoint."""
+    pool = om.BufferPool()
+    col = om.ImageBatchCollator(pool=pool, width_multiple=2)
+    gen = np.random.default_rng(3)
+
+    def generation(count):
+        live = []
+        for k in range(count):
+            b = int(gen.integers(1, 5))
+            widths = [int(w) for w in gen.integers(1, 9, size=b)]
+            live.append(col.collate(_samples(om, b, widths=widths, seed=k), list(range(b)), 0, 0, k))
+        for i, bi in enumerate(live):
+            arrays = _arrays(bi)
+            for x in range(len(arrays)):
+                for y in range(x + 1, len(arrays)):
+                    assert not np.shares_memory(arrays[x], arrays[y]), (FIELDS[x], FIELDS[y])
+            for bj in live[i + 1:]:
+                for a in arrays:
+                    for c in _arrays(bj):
+                        assert not np.shares_memory(a, c)
+        return live
+
+    first = generation(40)
+    assert pool.stats()["blocks_in_use"] == 40
+    for b in first:
+        b.close()
+    assert pool.stats()["blocks_in_use"] == 0
+    second = generation(40)
+    stats = pool.stats()
+    assert stats["hits"] > 0 and stats["blocks_in_use"] == 40
+    del first, second
+
+
+def test_dropped_batch_recycles_its_memory(om):
+    """A batch that is simply dropped (no close) returns its memory like a closed one."""
+    pool = om.BufferPool()
+    col = om.ImageBatchCollator(pool=pool)
+    samples = _samples(om, 4)
+    batch = col.collate(samples, [0, 1, 2, 3], 0, 0, 0)
+    assert pool.stats()["blocks_in_use"] == 1
+    del batch
+    stats = pool.stats()
+    assert stats["blocks_in_use"] == 0 and stats["bytes_in_use"] == 0 and stats["bytes_held"] > 0
+    for _ in range(5):
+        col.collate(samples, [0, 1, 2, 3], 0, 0, 0)     # result dropped at once
+    stats = pool.stats()
+    assert stats["misses"] == 1 and stats["hits"] == 5 and stats["blocks_in_use"] == 0
+
+
+def test_failed_collation_returns_its_memory(om):
+    """A collation that fails after renting (an augmentation error) leaks no block."""
+    pool = om.BufferPool()
+
+    def bad(image, rng):
+        raise RuntimeError("no")
+
+    col = om.ImageBatchCollator(pool=pool, augmentation=bad)
+    for _ in range(3):
+        with pytest.raises(RuntimeError):
+            col.collate(_samples(om, 3), [0, 1, 2], 0, 0, 0)
+    stats = pool.stats()
+    assert stats["blocks_in_use"] == 0 and stats["bytes_in_use"] == 0
+
+
+# --------------------------------------------------------------------------- closing
+
+def test_closed_batch_refuses_access_and_close_is_idempotent(om):
+    """After close() every array accessor and len() raise a ValueError that says the batch
+    is closed; close() may be called again; `with batch:` closes on exit (also on error);
+    epoch and step stay readable."""
+    col = om.ImageBatchCollator()
+    batch = col.collate(_samples(om, 2), [0, 1], 0, 4, 5)
+    assert not batch.closed
+    batch.close()
+    batch.close()
+    assert batch.closed
+    for name in FIELDS:
+        with pytest.raises(ValueError, match="closed"):
+            getattr(batch, name)
+    with pytest.raises(ValueError, match="closed"):
+        len(batch)
+    assert (batch.epoch, batch.step) == (4, 5)
+    assert "closed" in repr(batch)
+
+    with col.collate(_samples(om, 2), [0, 1], 0, 0, 0) as b2:
+        assert b2.images.shape[0] == 2
+    assert b2.closed
+    with pytest.raises(ValueError, match="closed"):
+        b2.images
+    with pytest.raises(KeyError):
+        with col.collate(_samples(om, 2), [0, 1], 0, 0, 0) as b3:
+            raise KeyError("inside")
+    assert b3.closed
+
+
+def test_recycled_batch_object_starts_fresh(om):
+    """The batch object itself is recycled (§5); a new batch carries nothing over from a
+    previous one: global_step is unset and its arrays are its own."""
+    col = om.ImageBatchCollator()
+    samples = _samples(om, 2)
+    first = col.collate(samples, [0, 1], 0, 0, 0)
+    first.global_step = 99
+    del first
+    second = col.collate(_samples(om, 3, widths=[2, 3, 4]), [5, 6, 7], 0, 1, 2)
+    assert second.global_step is None and not second.closed
+    assert second.indices.tolist() == [5, 6, 7] and (second.epoch, second.step) == (1, 2)
+
+
+def test_pool_clear_frees_held_memory_only(om):
+    """clear() drops the free memory held for reuse; blocks in use stay valid and come back
+    to the pool afterwards."""
+    pool = om.BufferPool()
+    col = om.ImageBatchCollator(pool=pool)
+    samples = _samples(om, 3)
+    for _ in range(3):
+        col.collate(samples, [0, 1, 2], 0, 0, 0).close()
+    live = col.collate(samples, [0, 1, 2], 0, 0, 0)
+    snapshot = live.images.copy()
+    col.collate(_samples(om, 5, widths=[40] * 5), list(range(5)), 0, 0, 0).close()
+    assert pool.stats()["bytes_held"] > 0
+    pool.clear()
+    stats = pool.stats()
+    assert stats["bytes_held"] == 0 and stats["blocks_in_use"] == 1
+    assert np.array_equal(live.images, snapshot)
+    live.close()
+    stats = pool.stats()
+    assert stats["blocks_in_use"] == 0 and stats["bytes_held"] > 0
+
+
+# --------------------------------------------------------------------------- pool limits
+
+def test_pool_stats_keys(om):
+    """stats() reports hits, misses, bytes held for reuse, blocks and bytes in use."""
+    stats = om.BufferPool().stats()
+    assert STAT_KEYS <= set(stats)
+    assert all(isinstance(stats[k], int) and stats[k] == 0 for k in STAT_KEYS)
+
+
+@given(max_bytes=st.sampled_from([0, 1, 4096, 20_000, 70_000, 1 << 20]),
+       shapes=st.lists(st.tuples(st.integers(1, 8), st.integers(1, 64)), min_size=1, max_size=12),
+       order=st.randoms(use_true_random=False))
+def test_pool_never_holds_more_than_max_bytes(om, max_bytes, shapes, order):
+    """Free memory kept for reuse never exceeds max_bytes, whatever the order batches come
+    back in; counters stay consistent (hits + misses = rents, nothing in use at the end)."""
+    pool = om.BufferPool(max_bytes=max_bytes)
+    col = om.ImageBatchCollator(pool=pool)
+    live = [col.collate(_samples(om, b, h=8, widths=[w] * b), list(range(b)), 0, 0, 0)
+            for b, w in shapes]
+    stats = pool.stats()
+    assert stats["blocks_in_use"] == len(shapes)
+    order.shuffle(live)
+    while live:
+        live.pop().close()
+        stats = pool.stats()
+        assert 0 <= stats["bytes_held"] <= max_bytes
+        assert stats["blocks_in_use"] == len(live)
+    for b, w in shapes:      # a second round reuses what was kept
+        col.collate(_samples(om, b, h=8, widths=[w] * b), list(range(b)), 0, 0, 0).close()
+        assert pool.stats()["bytes_held"] <= max_bytes
+    stats = pool.stats()
+    assert stats["hits"] + stats["misses"] == 2 * len(shapes)
+    assert stats["blocks_in_use"] == 0 and stats["bytes_in_use"] == 0
+    if max_bytes == 0:
+        assert stats["hits"] == 0 and stats["bytes_held"] == 0
+    if max_bytes == 1 << 20:
+        assert stats["hits"] >= len(shapes)
+
+
+def test_pool_refuses_bad_max_bytes(om):
+    """max_bytes is a non-negative integer."""
+    for bad in (-1, 1.5, "1"):
+        with pytest.raises(ValueError):
+            om.BufferPool(max_bytes=bad)
+
+
+def test_pool_shared_by_threads(om):
+    """One pool serving two collators on two threads stays consistent: every rent is counted
+    once, every block comes back, and the batches built concurrently are correct."""
+    pool = om.BufferPool()
+    samples = _samples(om, 6, widths=[3, 4, 5, 6, 7, 8], seed=9)
+    expected = om.ImageBatchCollator().collate(samples, list(range(6)), 0, 0, 0).images.copy()
+    errors = []
+
+    def work():
+        col = om.ImageBatchCollator(pool=pool)
+        try:
+            for _ in range(300):
+                with col.collate(samples, list(range(6)), 0, 0, 0) as b:
+                    if not np.array_equal(b.images, expected):
+                        errors.append("wrong batch")
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=work) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    stats = pool.stats()
+    assert stats["hits"] + stats["misses"] == 600
+    assert stats["misses"] <= 2
+    assert stats["blocks_in_use"] == 0
+
+
+# --------------------------------------------------------------------------- stateful model
+
+class PoolModel(RuleBasedStateMachine):
+    """§5 as a model: batches are collated, closed, dropped, written to, and views of them
+    kept and dropped in any order. Invariants: a kept view and a live batch keep their
+    contents (later batches never write into memory someone still holds); arrays of two
+    different batches never share memory; the pool's blocks_in_use equals the number of
+    batches that are open or still referenced by a kept view, hits + misses equals the
+    number of collations, and the free memory held stays within max_bytes. When
+    everything is dropped, nothing is left in use."""
+
+    def __init__(self):
+        super().__init__()
+        self.om = onemodel_cy
+        self.pool = self.om.BufferPool(max_bytes=1 << 20)
+        self.col = self.om.ImageBatchCollator(pool=self.pool, width_multiple=2, pad_value=-1.0)
+        self.live = {}        # batch id -> (batch, snapshots of its six arrays)
+        self.views = []       # (batch id, view, snapshot)
+        self.next_id = 0
+        self.collations = 0
+
+    @rule(b=st.integers(1, 4), c=st.integers(1, 2), h=st.integers(1, 4),
+          widths=st.lists(st.integers(1, 12), min_size=4, max_size=4), seed=st.integers(0, 2 ** 32))
+    def collate(self, b, c, h, widths, seed):
+        samples = _samples(self.om, b, c=c, h=h, widths=widths[:b], seed=seed)
+        batch = self.col.collate(samples, list(range(b)), seed, 0, self.collations)
+        self.collations += 1
+        self.live[self.next_id] = (batch, [a.copy() for a in _arrays(batch)])
+        self.next_id += 1
+
+    @precondition(lambda self: self.live)
+    @rule(data=st.data())
+    def close_batch(self, data):
+        bid = data.draw(st.sampled_from(sorted(self.live)))
+        batch, _ = self.live.pop(bid)
+        batch.close()
+
+    @precondition(lambda self: self.live)
+    @rule(data=st.data())
+    def drop_batch(self, data):
+        bid = data.draw(st.sampled_from(sorted(self.live)))
+        del self.live[bid]
+
+    @precondition(lambda self: self.live)
+    @rule(data=st.data(), close=st.booleans())
+    def keep_view(self, data, close):
+        bid = data.draw(st.sampled_from(sorted(self.live)))
+        batch, _ = self.live[bid]
+        name = data.draw(st.sampled_from(FIELDS))
+        arr = getattr(batch, name)
+        if name == "images":
+            j = data.draw(st.integers(0, arr.shape[0] - 1))
+            view = arr[j] if data.draw(st.booleans()) else arr[j, :, :, 1:]
+        else:
+            lo = data.draw(st.integers(0, arr.shape[0]))
+            view = arr[lo:]
+        self.views.append((bid, view, view.copy()))
+        if close:
+            batch.close()
+            del self.live[bid]
+
+    @precondition(lambda self: self.views)
+    @rule(data=st.data())
+    def drop_view(self, data):
+        k = data.draw(st.integers(0, len(self.views) - 1))
+        del self.views[k]
+
+    @rule()
+    def write_live_batches(self):
+        """Consumers may write into their own live batches (and so into views of them)."""
+        for bid, (batch, snaps) in self.live.items():
+            batch.images[...] = np.float32(bid)
+            batch.labels[...] = bid
+            snaps[0] = batch.images.copy()
+            snaps[4] = batch.labels.copy()
+        self.views = [(bid, view, view.copy() if bid in self.live else snap)
+                      for bid, view, snap in self.views]
+
+    @invariant()
+    def kept_memory_is_untouched(self):
+        for _, view, snap in self.views:
+            assert np.array_equal(view.view(np.uint8), snap.view(np.uint8))
+        for batch, snaps in self.live.values():
+            for a, s in zip(_arrays(batch), snaps):
+                assert np.array_equal(a.view(np.uint8), s.view(np.uint8))
+
+    @invariant()
+    def only_the_same_batch_shares_memory(self):
+        owned = [(bid, a) for bid, (batch, _) in self.live.items() for a in _arrays(batch)]
+        owned += [(bid, view) for bid, view, _ in self.views]
+        for x in range(len(owned)):
+            for y in range(x + 1, len(owned)):
+                if owned[x][0] != owned[y][0]:
+                    assert not np.shares_memory(owned[x][1], owned[y][1])
+
+    @invariant()
+    def pool_counters_match_the_model(self):
+        stats = self.pool.stats()
+        alive = set(self.live) | {bid for bid, _, _ in self.views}
+        assert stats["blocks_in_use"] == len(alive)
+        assert stats["hits"] + stats["misses"] == self.collations
+        assert 0 <= stats["bytes_held"] <= self.pool.max_bytes
+        assert (stats["bytes_in_use"] == 0) == (not alive)
+
+    def teardown(self):
+        self.live.clear()
+        self.views.clear()
+        gc.collect()
+        stats = self.pool.stats()
+        assert stats["blocks_in_use"] == 0 and stats["bytes_in_use"] == 0
+
+
+PoolModel.TestCase.settings = settings(max_examples=30, stateful_step_count=30)
+TestPoolModel = PoolModel.TestCase
+TestPoolModel.__doc__ = PoolModel.__doc__
