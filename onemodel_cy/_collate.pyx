@@ -26,6 +26,20 @@ cnp.import_array()
 cdef object INT32_LIMIT = 1 << 31
 
 
+cdef inline void store_row(const float* src, float* dst, Py_ssize_t width, Py_ssize_t padded,
+                           bint scale, float g, float o, float pad) noexcept nogil:
+    """One batch row in one pass: the pixels (``x * g + o`` when scaling, two float32
+    roundings, never fused), then the padding. Both loops vectorise."""
+    cdef Py_ssize_t x
+    if scale:
+        for x in range(width):
+            dst[x] = src[x] * g + o
+    else:
+        memcpy(dst, src, width * sizeof(float))
+    for x in range(width, padded):
+        dst[x] = pad
+
+
 # ---------------------------------------------------------------- augmentations
 
 cdef class Augmentation:
@@ -33,12 +47,14 @@ cdef class Augmentation:
 
     A subclass implements ``copy_apply``: read ``rows`` rows of ``width`` pixels from
     ``src`` (rows ``src_stride`` apart), write the augmented pixels to ``dst`` (rows
-    ``dst_stride`` apart). ``src == dst`` edits in place; since both routes run the same
-    float32 operations in the same order, fusing the copy changes no bit.
+    ``dst_stride`` apart) followed by ``pad`` up to ``padded``. ``src == dst`` with
+    ``padded == width`` edits in place; since both routes run the same float32 operations
+    in the same order, fusing the copy changes no bit.
     """
 
     cdef void copy_apply(self, const float* src, Py_ssize_t src_stride, float* dst, Py_ssize_t dst_stride,
-                         Py_ssize_t rows, Py_ssize_t width, u64* state) noexcept nogil:
+                         Py_ssize_t rows, Py_ssize_t width, Py_ssize_t padded, float pad,
+                         u64* state) noexcept nogil:
         pass
 
     def __call__(self, image, SampleRng rng not None):
@@ -55,7 +71,7 @@ cdef class Augmentation:
         cdef float* data = <float*>cnp.PyArray_DATA(array)
         cdef u64 state = rng.state
         with nogil:
-            self.copy_apply(data, width, data, width, rows, width, &state)
+            self.copy_apply(data, width, data, width, rows, width, width, 0, &state)
         rng.state = state
 
 
@@ -85,7 +101,8 @@ cdef class GainOffset(Augmentation):
         return (GainOffset, (self.gain, self.offset))
 
     cdef void copy_apply(self, const float* src, Py_ssize_t src_stride, float* dst, Py_ssize_t dst_stride,
-                         Py_ssize_t rows, Py_ssize_t width, u64* state) noexcept nogil:
+                         Py_ssize_t rows, Py_ssize_t width, Py_ssize_t padded, float pad,
+                         u64* state) noexcept nogil:
         cdef float one = 1.0, two = 2.0
         cdef float a = draw_single(state)
         cdef float b = draw_single(state)
@@ -93,14 +110,7 @@ cdef class GainOffset(Augmentation):
         cdef float o = self.offset * (two * b - one)
         cdef Py_ssize_t r
         for r in range(rows):
-            scale_shift_row(src + r * src_stride, dst + r * dst_stride, width, g, o)
-
-
-cdef inline void scale_shift_row(const float* src, float* dst, Py_ssize_t width, float g, float o) noexcept nogil:
-    # A loop of its own so that the compiler vectorises it (exact: one rounding per op, no FMA).
-    cdef Py_ssize_t x
-    for x in range(width):
-        dst[x] = src[x] * g + o
+            store_row(src + r * src_stride, dst + r * dst_stride, width, padded, True, g, o, pad)
 
 
 @cython.final
@@ -124,11 +134,17 @@ cdef class GaussianNoise(Augmentation):
         return (GaussianNoise, (self.sigma,))
 
     cdef void copy_apply(self, const float* src, Py_ssize_t src_stride, float* dst, Py_ssize_t dst_stride,
-                         Py_ssize_t rows, Py_ssize_t width, u64* state) noexcept nogil:
+                         Py_ssize_t rows, Py_ssize_t width, Py_ssize_t padded, float pad,
+                         u64* state) noexcept nogil:
+        # Twelve draws per pixel make this compute-bound: plain stores.
         cdef Py_ssize_t r, x
+        cdef float* row
         for r in range(rows):
+            row = dst + r * dst_stride
             for x in range(width):
-                dst[r * dst_stride + x] = src[r * src_stride + x] + self.sigma * draw_normal(state)
+                row[x] = src[r * src_stride + x] + self.sigma * draw_normal(state)
+            for x in range(width, padded):
+                row[x] = pad
 
 
 # Exactly these types run their kernel without the GIL; a Python subclass of
@@ -305,20 +321,7 @@ cdef void copy_padded(const float* src, float* dst, Py_ssize_t rows, Py_ssize_t 
                       Py_ssize_t padded_width, float pad) noexcept nogil:
     cdef Py_ssize_t r
     for r in range(rows):
-        memcpy(dst + r * padded_width, src + r * width, width * sizeof(float))
-    pad_rows(dst, rows, width, padded_width, pad)
-
-
-cdef void pad_rows(float* dst, Py_ssize_t rows, Py_ssize_t width, Py_ssize_t padded_width,
-                   float pad) noexcept nogil:
-    cdef Py_ssize_t r, x
-    cdef float* row
-    if width == padded_width:
-        return
-    for r in range(rows):
-        row = dst + r * padded_width
-        for x in range(width, padded_width):
-            row[x] = pad
+        store_row(src + r * width, dst + r * padded_width, width, padded_width, False, 0, 0, pad)
 
 
 cdef class ImageBatchCollator:
@@ -535,8 +538,7 @@ cdef class ImageBatchCollator:
                 else:
                     state = derive_seed(seed64, epoch64, step64, <u64>(first_slot + j), STREAM_AUGMENTATION)
                     builtin.copy_apply(jobs[j].pixels, jobs[j].width, images + j * slot_floats, padded,
-                                       rows, jobs[j].width, &state)
-                    pad_rows(images + j * slot_floats, rows, jobs[j].width, padded, pad)
+                                       rows, jobs[j].width, padded, pad, &state)
         if python_aug:
             for j in range(n):
                 self.augment_in_python(ws, &jobs[j], images + j * slot_floats, channels, height, padded,

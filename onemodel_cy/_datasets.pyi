@@ -1,0 +1,78 @@
+# Type stubs for the compiled module onemodel_cy._datasets (samples and built-in datasets).
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, SupportsIndex
+
+import numpy as np
+import numpy.typing as npt
+from typing_extensions import disjoint_base
+
+# A 1-D sequence of integers in [0, 2**31).
+_Target = Sequence[SupportsIndex] | npt.NDArray[np.integer[Any]]
+
+def as_target(target: _Target, where: str = "target") -> npt.NDArray[np.int32]: ...
+
+@disjoint_base
+class Sample:
+    # float32 [C, H, W]
+    @property
+    def image(self) -> npt.NDArray[np.float32]: ...
+    # int32 [L], values >= 0
+    @property
+    def target(self) -> npt.NDArray[np.int32]: ...
+    # int in the int32 range
+    @property
+    def label(self) -> int: ...
+    def __init__(
+        self, image: npt.NDArray[np.float32], target: _Target, label: SupportsIndex
+    ) -> None: ...
+    # Yields image, target, label.
+    def __iter__(self) -> Iterator[npt.NDArray[Any] | int]: ...
+    def __reduce__(
+        self,
+    ) -> tuple[type[Sample], tuple[npt.NDArray[np.float32], npt.NDArray[np.int32], int]]: ...
+
+@disjoint_base
+class ArrayImageDataset:
+    @property
+    def count(self) -> int: ...
+    # images: float32 arrays [C, H, W_i], or one float32 array [N, C, H, W].
+    def __init__(
+        self,
+        images: Iterable[npt.NDArray[np.float32]] | npt.NDArray[np.float32],
+        targets: Iterable[_Target],
+        labels: Iterable[SupportsIndex],
+    ) -> None: ...
+    def __len__(self) -> int: ...
+    def get_sample(self, index: SupportsIndex) -> Sample: ...
+    def __getitem__(self, index: SupportsIndex, /) -> Sample: ...
+    # int64 [count], a fresh copy
+    @property
+    def widths(self) -> npt.NDArray[np.int64]: ...
+    # int64 [count, 3] of (C, H, W), read-only
+    @property
+    def shapes(self) -> npt.NDArray[np.int64]: ...
+
+@disjoint_base
+class SyntheticLineImages(ArrayImageDataset):
+    @property
+    def height(self) -> int: ...
+    @property
+    def min_width(self) -> int: ...
+    @property
+    def max_width(self) -> int: ...
+    @property
+    def channels(self) -> int: ...
+    @property
+    def seed(self) -> int: ...
+    def __init__(
+        self,
+        count: SupportsIndex,
+        height: SupportsIndex = 32,
+        min_width: SupportsIndex = 64,
+        max_width: SupportsIndex = 256,
+        channels: SupportsIndex = 1,
+        seed: SupportsIndex = 0,
+    ) -> None: ...
+    def __reduce__(
+        self,
+    ) -> tuple[type[SyntheticLineImages], tuple[int, int, int, int, int, int]]: ...

@@ -1,0 +1,31 @@
+# Type stubs for the compiled module onemodel_cy._image (§6 image helpers).
+from collections.abc import Sequence
+from typing import Any, SupportsFloat, SupportsIndex
+
+import numpy as np
+import numpy.typing as npt
+from typing_extensions import Buffer
+
+# src: a uint8 array [H, W], or any bytes-like buffer with width=, height= (and stride=).
+def gray8_to_planar(
+    src: npt.NDArray[np.uint8] | Buffer,
+    mean: SupportsFloat,
+    std: SupportsFloat,
+    *,
+    width: SupportsIndex | None = None,
+    height: SupportsIndex | None = None,
+    stride: SupportsIndex | None = None,
+    out: npt.NDArray[np.float32] | None = None,
+) -> npt.NDArray[np.float32]: ...
+
+# src: a uint8 array [H, W, 3], or any bytes-like buffer; mean/std: one number or one per channel.
+def rgb8_to_planar(
+    src: npt.NDArray[np.uint8] | Buffer,
+    mean: SupportsFloat | Sequence[SupportsFloat] | npt.NDArray[Any],
+    std: SupportsFloat | Sequence[SupportsFloat] | npt.NDArray[Any],
+    *,
+    width: SupportsIndex | None = None,
+    height: SupportsIndex | None = None,
+    stride: SupportsIndex | None = None,
+    out: npt.NDArray[np.float32] | None = None,
+) -> npt.NDArray[np.float32]: ...

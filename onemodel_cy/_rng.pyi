@@ -1,0 +1,47 @@
+# Type stubs for the compiled module onemodel_cy._rng (§2 random numbers).
+from typing import SupportsIndex, overload
+
+import numpy as np
+import numpy.typing as npt
+from typing_extensions import disjoint_base
+
+# True when built with ONEMODEL_CY_CHECKS=1.
+BUILT_WITH_CHECKS: bool
+# The named streams of §2 and of this package, name -> stream number.
+STREAMS: dict[str, int]
+
+def mix(x: SupportsIndex) -> int: ...
+def derive(
+    seed: SupportsIndex,
+    epoch: SupportsIndex,
+    step: SupportsIndex,
+    slot: SupportsIndex,
+    stream: SupportsIndex,
+) -> int: ...
+
+@disjoint_base
+class SampleRng:
+    # cdef public u64: assignable with an int in [0, 2**64).
+    state: int
+    def __init__(self, state: SupportsIndex = 0) -> None: ...
+    def __reduce__(self) -> tuple[type[SampleRng], tuple[int]]: ...
+    @overload
+    def next_u64(self, size: None = None) -> int: ...
+    @overload
+    def next_u64(self, size: SupportsIndex) -> npt.NDArray[np.uint64]: ...
+    @overload
+    def next_single(self, size: None = None) -> float: ...
+    @overload
+    def next_single(self, size: SupportsIndex) -> npt.NDArray[np.float32]: ...
+    @overload
+    def next_double(self, size: None = None) -> float: ...
+    @overload
+    def next_double(self, size: SupportsIndex) -> npt.NDArray[np.float64]: ...
+    @overload
+    def next_int(self, n: SupportsIndex, size: None = None) -> int: ...
+    @overload
+    def next_int(self, n: SupportsIndex, size: SupportsIndex) -> npt.NDArray[np.uint64]: ...
+    @overload
+    def next_normal(self, size: None = None) -> float: ...
+    @overload
+    def next_normal(self, size: SupportsIndex) -> npt.NDArray[np.float32]: ...
