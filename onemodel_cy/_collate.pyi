@@ -84,7 +84,6 @@ class ImageBatchCollator:
         augmentation: Augmentation | _AugmentationFn | None = None,
         pool: BufferPool | None = None,
     ) -> None: ...
-    # streaming=True (collate, collate_from) writes the batch with non-temporal stores; same values.
     def collate(
         self,
         samples: Sequence[Sample],
@@ -94,7 +93,6 @@ class ImageBatchCollator:
         step: SupportsIndex,
         *,
         first_slot: int = 0,
-        streaming: bool = False,
     ) -> ImageBatch: ...
     # indices: the global batch's C-contiguous 1-D int64 array; slots [start, stop) are gathered.
     def collate_from(
@@ -107,5 +105,4 @@ class ImageBatchCollator:
         *,
         start: SupportsIndex = 0,
         stop: SupportsIndex | None = None,
-        streaming: bool = False,
     ) -> ImageBatch: ...
