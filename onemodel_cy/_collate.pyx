@@ -167,9 +167,14 @@ BUILTIN_AUGMENTATIONS = (GainOffset, GaussianNoise)
 
 
 cdef float _finite(value, str name) except? -1:
-    v = float(value)
-    if v != v or v in (float("inf"), float("-inf")):
-        raise ValueError(f"{name} must be a finite number, received {value!r}")
+    """``value`` rounded to float32, refused unless finite there (1e39 would round to inf)."""
+    cdef float v
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a real number, received {value!r}") from None
+    if v != v or v - v != 0:
+        raise ValueError(f"{name} must be a finite float32 number, received {value!r}")
     return v
 
 
@@ -318,7 +323,14 @@ cdef class _Workspace:
         if (self.scratch is None or self.scratch.shape[0] < size
                 or (<PyObject*>self.scratch).ob_refcnt > 1):
             self.scratch = np.empty(max(size, 4096), dtype=np.float32)
-        return self.scratch[:size].reshape(c, h, w)
+        cdef cnp.npy_intp dims[3]
+        dims[0] = c
+        dims[1] = h
+        dims[2] = w
+        cdef cnp.ndarray view = cnp.PyArray_SimpleNewFromData(3, dims, cnp.NPY_FLOAT32,
+                                                              cnp.PyArray_DATA(self.scratch))
+        cnp.set_array_base(view, self.scratch)
+        return view
 
 
 cdef inline Py_ssize_t aligned(Py_ssize_t nbytes) noexcept nogil:
@@ -413,7 +425,7 @@ cdef class ImageBatchCollator:
         try:
             jobs = ws.reserve(n)
             for j in range(n):
-                index = as_index(indices[j], f"indices[{j}]")
+                index = as_index(indices[j], "every entry of indices")
                 if not 0 <= index < INT32_LIMIT:
                     raise ValueError(f"slot {first_slot + j}: dataset index must lie in [0, 2**31) "
                                      f"(int32 Indices), received {index}")
@@ -426,10 +438,10 @@ cdef class ImageBatchCollator:
                     raise TypeError(f"slot {first_slot + j} (dataset index {index}): the Sample was never "
                                     f"initialised (build it as Sample(image, target, label))")
                 image = sample.image
-                if image.dtype != np.float32 or image.ndim != 3:
+                if cnp.PyArray_TYPE(image) != cnp.NPY_FLOAT32 or cnp.PyArray_NDIM(image) != 3:
                     raise TypeError(f"slot {first_slot + j} (dataset index {index}): image must be float32 "
                                     f"[C, H, W], received {_describe(image)}")
-                if not image.flags.c_contiguous:
+                if not cnp.PyArray_IS_C_CONTIGUOUS(image):
                     image = np.ascontiguousarray(image)
                     ws.keep.append(image)
                 c, h = image.shape[0], image.shape[1]
@@ -581,14 +593,16 @@ cdef class ImageBatchCollator:
         cdef cnp.ndarray scratch = ws.scratch_of(channels, height, width)
         cdef float* data = <float*>cnp.PyArray_DATA(scratch)
         memcpy(data, job.pixels, rows * width * sizeof(float))
-        rng = SampleRng(derive_seed(seed, epoch, step, <u64>slot, STREAM_AUGMENTATION))
+        cdef SampleRng rng = SampleRng.__new__(SampleRng)
+        rng.state = derive_seed(seed, epoch, step, <u64>slot, STREAM_AUGMENTATION)
         result = self.augmentation(scratch, rng)
         if result is not None and result is not scratch:
             raise TypeError(f"slot {slot} (dataset index {job.index}): the augmentation must edit its "
                             f"scratch in place and return None, received a {type(result).__name__}; "
                             f"shape-changing work belongs in the loader's transform")
-        if (scratch.dtype != np.float32 or scratch.ndim != 3 or scratch.shape[0] != channels
-                or scratch.shape[1] != height or scratch.shape[2] != width
+        cdef cnp.npy_intp* dims = cnp.PyArray_DIMS(scratch)
+        if (cnp.PyArray_TYPE(scratch) != cnp.NPY_FLOAT32 or cnp.PyArray_NDIM(scratch) != 3
+                or dims[0] != channels or dims[1] != height or dims[2] != width
                 or <float*>cnp.PyArray_DATA(scratch) != data):
             raise ValueError(f"slot {slot} (dataset index {job.index}): the augmentation changed its scratch "
                              f"from float32 {(channels, height, width)} to {_describe(scratch)}; it may "

@@ -19,15 +19,30 @@ cdef object INT32_LIMIT = 1 << 31
 
 
 def as_target(target, str where="target"):
-    """``target`` as a 1-D int32 array of values in [0, 2**31), or a clear error."""
+    """``target`` as a C-contiguous 1-D int32 array of values in [0, 2**31), or a clear error."""
+    cdef cnp.ndarray array
+    if isinstance(target, np.ndarray) and (<cnp.ndarray>target).descr.type_num == cnp.NPY_INT32 \
+            and (<cnp.ndarray>target).ndim == 1:
+        array = np.ascontiguousarray(target)
+        if first_negative(<const i32*>cnp.PyArray_DATA(array), array.shape[0]) >= 0:
+            raise ValueError(f"{where} values must lie in [0, 2**31), received min={array.min()}")
+        return array
     array = np.asarray(target)
     if array.ndim != 1 or (array.dtype.kind not in "iu" and array.size):
         raise TypeError(f"{where} must be a 1-D sequence of integers, received dtype={array.dtype}, "
-                        f"shape={array.shape}")
+                        f"shape={(<object>array).shape}")
     if array.size and (array.min() < 0 or array.max() >= INT32_LIMIT):
         raise ValueError(f"{where} values must lie in [0, 2**31), received min={array.min()}, "
                          f"max={array.max()}")
     return np.ascontiguousarray(array, dtype=np.int32)
+
+
+cdef Py_ssize_t first_negative(const i32* values, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t k
+    for k in range(n):
+        if values[k] < 0:
+            return k
+    return -1
 
 
 cdef class Sample:
@@ -44,11 +59,13 @@ cdef class Sample:
     """
 
     def __init__(self, image, target, label):
-        if not isinstance(image, np.ndarray) or image.dtype != np.float32 or image.ndim != 3:
+        if (not isinstance(image, np.ndarray) or cnp.PyArray_TYPE(<cnp.ndarray>image) != cnp.NPY_FLOAT32
+                or cnp.PyArray_NDIM(<cnp.ndarray>image) != 3):
             kind = (f"ndarray of dtype={image.dtype}, shape={image.shape}"
                     if isinstance(image, np.ndarray) else type(image).__name__)
             raise TypeError(f"Sample.image must be a float32 ndarray [C, H, W], received {kind}")
-        if min(image.shape) < 1:
+        cdef cnp.npy_intp* dims = cnp.PyArray_DIMS(<cnp.ndarray>image)
+        if dims[0] < 1 or dims[1] < 1 or dims[2] < 1:
             raise ValueError(f"Sample.image dimensions must all be >= 1, received shape={image.shape}")
         label = operator.index(label) if not isinstance(label, int) else label
         if not -INT32_LIMIT <= label < INT32_LIMIT:

@@ -171,21 +171,20 @@ class DataLoader:
     def _collate_samples(self, g, epoch, step, lo, hi, workspace):
         samples = workspace.samples
         indices = workspace.indices
+        get_sample, transform = self.dataset.get_sample, self.transform
         try:
-            for slot in range(lo, hi):
-                index = int(indices[slot])
+            for slot, index in enumerate(indices[lo:hi].tolist(), lo):
                 try:
-                    sample = self.dataset.get_sample(index)
-                    if self.transform is not None:
-                        rng = SampleRng(derive(self.seed, epoch, step, slot, _STREAM_TRANSFORM))
-                        sample = self.transform(sample, rng)
+                    sample = get_sample(index)
+                    if transform is not None:
+                        sample = transform(sample, SampleRng(derive(self.seed, epoch, step, slot, _STREAM_TRANSFORM)))
                 except BaseException as error:
                     if isinstance(error, Exception):
                         error.add_note(f"onemodel_cy: while building global step {g} (epoch {epoch}, "
                                        f"step {step}), slot {slot}, dataset index {index}")
                     raise
                 if not isinstance(sample, Sample):
-                    source = "the transform" if self.transform is not None else "dataset.get_sample"
+                    source = "the transform" if transform is not None else "dataset.get_sample"
                     raise TypeError(f"global step {g}, slot {slot}, dataset index {index}: {source} returned "
                                     f"{type(sample).__name__}; a Sample(image, target, label) is required")
                 samples.append(sample)
