@@ -16,7 +16,9 @@ cdef class BufferPool:
     cdef RawBlock* _free[POOL_CLASSES]
     cdef readonly size_t max_bytes
     cdef size_t _bytes_held, _bytes_in_use
-    cdef Py_ssize_t _hits, _misses, _released, _dropped, _blocks_in_use
+    cdef Py_ssize_t _hits, _misses, _released, _dropped, _blocks_in_use, _reserved
+    cdef Py_ssize_t _free_count[POOL_CLASSES]     # blocks waiting in each class
+    cdef Py_ssize_t _class_in_use[POOL_CLASSES]   # blocks of each class held by callers
     cdef Block rent(self, size_t nbytes)
     cdef void give_back(self, RawBlock* raw) noexcept
 

@@ -55,6 +55,8 @@ cdef class BufferPool:
         cdef int i
         for i in range(POOL_CLASSES):
             self._free[i] = NULL
+            self._free_count[i] = 0
+            self._class_in_use[i] = 0
 
     def __init__(self, max_bytes=DEFAULT_MAX_BYTES):
         if not isinstance(max_bytes, int) or max_bytes < 0:
@@ -83,17 +85,20 @@ cdef class BufferPool:
             raw = self._free[size_class]
             if raw != NULL:
                 self._free[size_class] = raw.next
+                self._free_count[size_class] -= 1
                 self._bytes_held -= raw.capacity
                 self._hits += 1
             else:
                 self._misses += 1
             self._blocks_in_use += 1
+            self._class_in_use[size_class] += 1
             self._bytes_in_use += capacity
         if raw == NULL:
             raw = <RawBlock*>PyMem_RawMalloc(OVERHEAD + capacity)
             if raw == NULL:
                 with self._mutex:
                     self._blocks_in_use -= 1
+                    self._class_in_use[size_class] -= 1
                     self._bytes_in_use -= capacity
                 raise MemoryError(f"cannot allocate a batch buffer of {capacity} bytes")
             raw.capacity = capacity
@@ -111,11 +116,13 @@ cdef class BufferPool:
         cdef bint keep
         with self._mutex:
             self._blocks_in_use -= 1
+            self._class_in_use[raw.size_class] -= 1
             self._bytes_in_use -= raw.capacity
             keep = self._bytes_held + raw.capacity <= self.max_bytes
             if keep:
                 raw.next = self._free[raw.size_class]
                 self._free[raw.size_class] = raw
+                self._free_count[raw.size_class] += 1
                 self._bytes_held += raw.capacity
                 self._released += 1
             else:
@@ -123,14 +130,46 @@ cdef class BufferPool:
         if not keep:
             PyMem_RawFree(raw)
 
+    def reserve(self, nbytes, count):
+        """Make sure the pool owns ``count`` blocks that fit ``nbytes``, counting those in
+        use, by allocating free ones (within ``max_bytes``); returns how many it allocated.
+        The loader reserves its whole prefetch window once it knows the batch size, so that
+        steady state never misses."""
+        if not isinstance(nbytes, int) or not isinstance(count, int) or nbytes < 0 or count < 0:
+            raise ValueError(f"nbytes and count must be non-negative integers, received {nbytes!r}, {count!r}")
+        cdef size_t capacity
+        cdef int size_class = class_of(nbytes, &capacity)
+        cdef Py_ssize_t added = 0
+        cdef RawBlock* raw
+        while True:
+            with self._mutex:
+                if (self._free_count[size_class] + self._class_in_use[size_class] >= count
+                        or self._bytes_held + capacity > self.max_bytes):
+                    break
+            raw = <RawBlock*>PyMem_RawMalloc(OVERHEAD + capacity)
+            if raw == NULL:
+                raise MemoryError(f"cannot allocate a batch buffer of {capacity} bytes")
+            raw.capacity = capacity
+            raw.size_class = size_class
+            with self._mutex:
+                raw.next = self._free[size_class]
+                self._free[size_class] = raw
+                self._free_count[size_class] += 1
+                self._bytes_held += capacity
+                self._reserved += 1
+            added += 1
+        return added
+
     def stats(self):
         """Counters: ``hits`` and ``misses`` of rent, ``returned`` and ``dropped``
-        (freed because the pool was full) blocks, ``bytes_held`` free for reuse,
-        ``blocks_in_use`` and ``bytes_in_use`` still referenced somewhere."""
+        (freed because the pool was full) blocks, ``reserved`` blocks allocated ahead by
+        ``reserve``, ``bytes_held`` free for reuse, ``blocks_in_use`` and ``bytes_in_use``
+        still referenced somewhere."""
         with self._mutex:
             return {
                 "hits": self._hits,
                 "misses": self._misses,
+                "reserved": self._reserved,
                 "returned": self._released,
                 "dropped": self._dropped,
                 "bytes_held": self._bytes_held,
@@ -147,6 +186,7 @@ cdef class BufferPool:
             with self._mutex:
                 chain = self._free[i]
                 self._free[i] = NULL
+                self._free_count[i] = 0
                 while chain != NULL:
                     self._bytes_held -= chain.capacity
                     raw = chain

@@ -220,6 +220,12 @@ cdef class ImageBatch:
         return self._images is None
 
     @property
+    def nbytes(self):
+        """Bytes of the pooled block this batch's arrays live in."""
+        self._check_open()
+        return (<Block>self._images.base).nbytes
+
+    @property
     def images(self):
         self._check_open()
         return self._images

@@ -326,7 +326,7 @@ def main(argv=None):
                                                         "when run from a source checkout)")
     args = parser.parse_args(argv)
     repeats = args.repeats or (3 if args.quick else 5)
-    batches = args.batches or (40 if args.quick else 200)
+    batches = args.batches or (60 if args.quick else 500)
     _alloccount.install()
 
     ours = [LoaderCase(w) for w in (0, 1, 2, 4)] + [LoaderCase(w, generic=True) for w in (0, 2)]

@@ -329,6 +329,7 @@ class BatchStream:
         loader = self.loader
         workers = loader.workers if threads_available() else 0
         self._workspace = _Workspace(loader.sampler.batch_size)
+        self._reserved = False
         if workers == 0:
             return
         ring = _Ring(loader.prefetch, start, self.stop_step)
@@ -378,6 +379,11 @@ class BatchStream:
         slot.free.release()
         if error is not None:
             raise error
+        if not self._reserved:
+            # Now that the batch size is known, the pool holds the whole window at once
+            # (ring slots, one batch per worker, the consumer's): no miss in steady state.
+            self.loader.collator.pool.reserve(batch.nbytes, len(ring.slots) + len(self._threads) + 1)
+            self._reserved = True
         return batch
 
     def _shutdown(self):

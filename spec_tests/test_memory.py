@@ -470,3 +470,28 @@ class PoolModel(RuleBasedStateMachine):
 PoolModel.TestCase.settings = settings(max_examples=30, stateful_step_count=30)
 TestPoolModel = PoolModel.TestCase
 TestPoolModel.__doc__ = PoolModel.__doc__
+
+
+def test_reserve_fills_the_window_ahead(om):
+    """§5 steady state: once the pool holds as many blocks of a size as can be live at
+    once, collating that many batches together rents no new memory; reserve() never
+    goes past max_bytes and counts blocks already in use."""
+    ds = om.SyntheticLineImages(64, height=8, min_width=30, max_width=30, seed=2)
+    collator = om.ImageBatchCollator(augmentation=om.GainOffset())
+    first = collator.collate_from(ds, np.arange(16, dtype=np.int64), 0, 0, 0)
+    pool = collator.pool
+    added = pool.reserve(first.nbytes, 6)
+    assert added == 5                                  # the live first batch counts
+    assert pool.stats()["reserved"] == 5
+    assert pool.reserve(first.nbytes, 6) == 0          # already there
+    misses = pool.stats()["misses"]
+    live = [collator.collate_from(ds, np.arange(16, dtype=np.int64) + k, 0, 0, k) for k in range(1, 6)]
+    assert pool.stats()["misses"] == misses
+    nbytes = first.nbytes
+    for b in live + [first]:
+        b.close()
+    small = om.BufferPool(max_bytes=3 * nbytes)
+    assert small.reserve(nbytes, 10) <= 3
+    assert small.stats()["bytes_held"] <= 3 * nbytes
+    with pytest.raises(ValueError, match="-1"):
+        pool.reserve(-1, 2)
