@@ -5,8 +5,33 @@ from onemodel_cy._rng cimport mix64
 cdef extern from *:
     """
     #define OM_FEISTEL_ROUND 0x632BE59BD9B4E019ULL
+    #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+    /* Wide-vector clones chosen at load time (no -march flag): the rounds are integer
+       operations, identical in every clone. */
+    #define OM_FEISTEL_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+    #else
+    #define OM_FEISTEL_CLONES
+    #endif
+
+    /* One pass of the four Feistel rounds over xs[0..m), in place. Positions are
+       independent, so the loop vectorises; cycle walking (D6) is the caller's. */
+    OM_FEISTEL_CLONES static void om_feistel_pass(uint64_t* xs, Py_ssize_t m, uint64_t key,
+                                                  unsigned int half, uint64_t mask) {
+        const uint64_t k0 = key, k1 = key ^ OM_FEISTEL_ROUND,
+                       k2 = key ^ (2 * OM_FEISTEL_ROUND), k3 = key ^ (3 * OM_FEISTEL_ROUND);
+        for (Py_ssize_t i = 0; i < m; i++) {
+            uint64_t left = xs[i] >> half, right = xs[i] & mask, t;
+            t = left ^ (om_mix64(right ^ k0) & mask); left = right; right = t;
+            t = left ^ (om_mix64(right ^ k1) & mask); left = right; right = t;
+            t = left ^ (om_mix64(right ^ k2) & mask); left = right; right = t;
+            t = left ^ (om_mix64(right ^ k3) & mask); left = right; right = t;
+            xs[i] = (left << half) | right;
+        }
+    }
     """
     const u64 FEISTEL_ROUND "OM_FEISTEL_ROUND"
+    void feistel_pass "om_feistel_pass"(u64* xs, Py_ssize_t m, u64 key, unsigned int half,
+                                        u64 mask) noexcept nogil
 
 
 ctypedef struct Permutation:
@@ -29,64 +54,8 @@ cdef inline Permutation permutation_of(u64 n, u64 key) noexcept nogil:
             bits += 1
             top >>= 1
     perm.half = (bits + 1) // 2
-    perm.mask = (<u64>1 << perm.half) - 1 if perm.half < 64 else <u64>0xFFFFFFFFFFFFFFFFULL
+    perm.mask = (<u64>1 << perm.half) - 1
     return perm
-
-
-
-
-cdef enum:
-    LANES = 8   # positions walked side by side: their Feistel chains are independent
-
-
-cdef inline void feistel_rounds(const Permutation* perm, u64* x) noexcept nogil:
-    cdef u64 left = x[0] >> perm.half
-    cdef u64 right = x[0] & perm.mask
-    cdef u64 f
-    cdef unsigned int round
-    for round in range(4):
-        f = mix64(right ^ perm.key ^ (<u64>round * FEISTEL_ROUND)) & perm.mask
-        left, right = right, left ^ f
-    x[0] = (left << perm.half) | right
-
-
-cdef inline void permute_range(const Permutation* perm, u64 start, u64 count, i64* out) noexcept nogil:
-    """out[k] = perm(start + k) for k < count; the caller checks start + count <= n.
-
-    Same values as ``permute``, computed LANES positions at a time: one position's
-    rounds form a long dependency chain, so interleaving independent positions keeps the
-    multiplier busy instead of waiting on it.
-    """
-    cdef u64 x[LANES]
-    cdef u64 position[LANES]
-    cdef bint active[LANES]
-    cdef u64 next_position = 0
-    cdef int lane, busy = 0
-    if perm.n <= 1:
-        for next_position in range(count):
-            out[next_position] = 0
-        return
-    for lane in range(LANES):
-        active[lane] = next_position < count
-        if active[lane]:
-            position[lane] = next_position
-            x[lane] = start + next_position
-            next_position += 1
-            busy += 1
-    while busy:
-        for lane in range(LANES):
-            if active[lane]:
-                feistel_rounds(perm, &x[lane])
-        for lane in range(LANES):
-            if active[lane] and x[lane] < perm.n:   # else walk the cycle once more
-                out[position[lane]] = <i64>x[lane]
-                if next_position < count:
-                    position[lane] = next_position
-                    x[lane] = start + next_position
-                    next_position += 1
-                else:
-                    active[lane] = False
-                    busy -= 1
 
 
 cdef inline u64 permute(const Permutation* perm, u64 p) noexcept nogil:
@@ -95,6 +64,43 @@ cdef inline u64 permute(const Permutation* perm, u64 p) noexcept nogil:
         return 0
     cdef u64 x = p
     while True:
-        feistel_rounds(perm, &x)
+        feistel_pass(&x, 1, perm.key, perm.half, perm.mask)
         if x < perm.n:      # D6: cycle walking re-runs all four rounds on the previous x
             return x
+
+
+cdef enum:
+    CHUNK = 256   # positions per vectorised pass
+
+
+cdef inline void permute_range(const Permutation* perm, u64 start, u64 count, i64* out) noexcept nogil:
+    """out[k] = perm(start + k) for k < count; the caller checks start + count <= n.
+
+    The same values as ``permute``, CHUNK positions at a time: one Feistel pass over all
+    of them (vectorised), then those that landed outside [0, n) walk on together.
+    """
+    cdef u64 x[CHUNK]
+    cdef u64 position[CHUNK]
+    cdef u64 done = 0, k
+    cdef Py_ssize_t pending, kept, i
+    if perm.n <= 1:
+        for k in range(count):
+            out[k] = 0
+        return
+    while done < count:
+        pending = <Py_ssize_t>min(<u64>CHUNK, count - done)
+        for i in range(pending):
+            x[i] = start + done + <u64>i
+            position[i] = done + <u64>i
+        while pending:
+            feistel_pass(x, pending, perm.key, perm.half, perm.mask)
+            kept = 0
+            for i in range(pending):
+                if x[i] < perm.n:
+                    out[position[i]] = <i64>x[i]
+                else:
+                    x[kept] = x[i]
+                    position[kept] = position[i]
+                    kept += 1
+            pending = kept
+        done += <u64>min(<u64>CHUNK, count - done)

@@ -25,8 +25,19 @@ cdef extern from *:
     #endif
     #define OM_GOLDEN_GAMMA 0x9E3779B97F4A7C15ULL
     #define OM_DERIVE_SALT 0xD1B54A32D192ED03ULL
+
+    /* The SplitMix64 finaliser, and D1's mix(x): the output whose state before the
+       increment is x. In C so that C kernels (the Feistel pass) share this one copy. */
+    static inline uint64_t om_fmix64(uint64_t z) {
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+        return z ^ (z >> 31);
+    }
+    static inline uint64_t om_mix64(uint64_t x) { return om_fmix64(x + OM_GOLDEN_GAMMA); }
     """
     u64 om_mul128(u64 a, u64 b, u64* lo) noexcept nogil
+    u64 fmix64 "om_fmix64"(u64 z) noexcept nogil
+    u64 mix64 "om_mix64"(u64 x) noexcept nogil
     const u64 GOLDEN_GAMMA "OM_GOLDEN_GAMMA"
     const u64 DERIVE_SALT "OM_DERIVE_SALT"
 
@@ -39,17 +50,6 @@ cdef enum:
     STREAM_MIXING = 102
     STREAM_BUCKET_ORDER = 103
     STREAM_BUCKET_PLACE = 104
-
-
-cdef inline u64 fmix64(u64 z) noexcept nogil:
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL
-    return z ^ (z >> 31)
-
-
-cdef inline u64 mix64(u64 x) noexcept nogil:
-    # D1: the SplitMix64 output whose state before the increment is x.
-    return fmix64(x + GOLDEN_GAMMA)
 
 
 cdef inline u64 draw_u64(u64* state) noexcept nogil:
