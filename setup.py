@@ -10,7 +10,6 @@ import shutil
 
 import numpy
 from Cython.Build import cythonize
-from Cython import __version__ as cython_version
 from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 
@@ -23,9 +22,8 @@ DIRECTIVES = {
     "initializedcheck": CHECKS,
     "cdivision": True,
     "embedsignature": True,
+    "freethreading_compatible": True,     # pyproject.toml requires Cython >= 3.1
 }
-if tuple(int(part) for part in cython_version.split(".")[:2]) >= (3, 1):
-    DIRECTIVES["freethreading_compatible"] = True
 
 # §2 and §6 are defined on unfused, correctly rounded float32 arithmetic: never let the
 # compiler contract a*b+c into an FMA, never allow fast-math, never tune for the build host.

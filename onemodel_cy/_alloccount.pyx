@@ -12,8 +12,13 @@ numpy's own allocator, which ``tracemalloc`` does see, so benchmarks report both
 cdef extern from *:
     """
     #include <Python.h>
-    static _Thread_local unsigned long long om_thread_bytes = 0;
-    static _Thread_local unsigned long long om_thread_calls = 0;
+    #if defined(_MSC_VER)
+    #define OM_THREAD_LOCAL __declspec(thread)
+    #else
+    #define OM_THREAD_LOCAL _Thread_local
+    #endif
+    static OM_THREAD_LOCAL unsigned long long om_thread_bytes = 0;
+    static OM_THREAD_LOCAL unsigned long long om_thread_calls = 0;
     static PyMemAllocatorEx om_original[3];
     static int om_installed = 0;
 

@@ -20,6 +20,9 @@ DEFAULT_MAX_BYTES = 256 << 20
 cdef size_t OVERHEAD = sizeof(RawBlock) + POOL_ALIGN
 
 
+cdef size_t LARGEST = (<size_t>1) << 48     # far beyond any batch; keeps the class arithmetic exact
+
+
 cdef inline int class_of(size_t nbytes, size_t* rounded) noexcept nogil:
     """Size class index and the rounded capacity: 4 KiB minimum, then quarter steps per power of two."""
     cdef size_t top = 4096
@@ -76,6 +79,8 @@ cdef class BufferPool:
         return f"BufferPool(max_bytes={self.max_bytes})"
 
     cdef Block rent(self, size_t nbytes):
+        if nbytes > LARGEST:
+            raise MemoryError(f"a batch buffer of {nbytes} bytes is beyond what the pool serves ({LARGEST})")
         cdef size_t capacity
         cdef int size_class = class_of(nbytes, &capacity)
         cdef RawBlock* raw = NULL
@@ -135,8 +140,10 @@ cdef class BufferPool:
         use, by allocating free ones (within ``max_bytes``); returns how many it allocated.
         The loader reserves its whole prefetch window once it knows the batch size, so that
         steady state never misses."""
-        if not isinstance(nbytes, int) or not isinstance(count, int) or nbytes < 0 or count < 0:
-            raise ValueError(f"nbytes and count must be non-negative integers, received {nbytes!r}, {count!r}")
+        if (not isinstance(nbytes, int) or not isinstance(count, int) or not 0 <= nbytes <= LARGEST
+                or count < 0):
+            raise ValueError(f"need 0 <= nbytes <= {LARGEST} and count >= 0 (integers), received "
+                             f"nbytes={nbytes!r}, count={count!r}")
         cdef size_t capacity
         cdef int size_class = class_of(nbytes, &capacity)
         cdef Py_ssize_t added = 0
@@ -196,6 +203,8 @@ cdef class BufferPool:
 
 @cython.final
 @cython.freelist(64)
+@cython.no_gc      # refers only to its pool, which refers to nothing: no cycle, and no
+                   # tp_clear that could drop the pool before __dealloc__ gives memory back
 cdef class Block:
     def __dealloc__(self):
         if self.raw != NULL:

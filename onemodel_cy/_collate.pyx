@@ -25,11 +25,16 @@ cnp.import_array()
 
 cdef object INT32_LIMIT = 1 << 31
 
+cdef extern from "Python.h":
+    # Py_REFCNT on a borrowed pointer: no temporary reference to count, and valid on
+    # free-threaded builds (which have no plain ob_refcnt field).
+    Py_ssize_t refcount "Py_REFCNT"(PyObject* o)
+
 
 cdef extern from *:
     """
     #include <string.h>
-    #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+    #if defined(__GNUC__) && __GNUC__ >= 12 && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
     /* An AVX2 clone where the CPU has it, chosen at load time: no -march flag, and the
        same IEEE float32 multiply and add per lane (AVX2 alone brings no FMA). */
     #define OM_CLONES __attribute__((target_clones("avx2", "default")))
@@ -83,10 +88,10 @@ cdef class Augmentation:
         cdef cnp.ndarray array = image
         cdef Py_ssize_t rows = array.shape[0] * array.shape[1], width = array.shape[2]
         cdef float* data = <float*>cnp.PyArray_DATA(array)
-        cdef u64 state = rng.state
+        cdef u64 state = rng._state
         with nogil:
             self.copy_apply(data, width, data, width, rows, width, width, 0, &state)
-        rng.state = state
+        rng._state = state
 
 
 @cython.final
@@ -327,7 +332,7 @@ cdef class _Workspace:
         cdef Py_ssize_t size = c * h * w
         # Reuse only while the augmentation kept no reference to an earlier scratch.
         if (self.scratch is None or self.scratch.shape[0] < size
-                or (<PyObject*>self.scratch).ob_refcnt > 1):
+                or refcount(<PyObject*>self.scratch) > 1):
             self.scratch = np.empty(max(size, 4096), dtype=np.float32)
         cdef cnp.npy_intp dims[3]
         dims[0] = c
@@ -382,7 +387,7 @@ cdef class ImageBatchCollator:
     def __init__(self, width_multiple=1, pad_value=0.0, augmentation=None, pool=None):
         m = as_index(width_multiple, "width_multiple")
         if not 1 <= m < INT32_LIMIT:
-            raise ValueError(f"width_multiple must be an integer >= 1, received {m}")
+            raise ValueError(f"width_multiple must be an integer in [1, 2**31), received {m}")
         self.width_multiple = m
         self.pad_value = _finite(pad_value, "pad_value")
         if augmentation is not None and not callable(augmentation):
@@ -417,6 +422,9 @@ cdef class ImageBatchCollator:
         ``indices[j]`` is the dataset index of ``samples[j]``; sample ``j`` sits at slot
         ``first_slot + j`` of the global batch, which keys its augmentation (D14, D17).
         """
+        # The slot table points into the samples' arrays: hold every sample until the
+        # batch is built (a sequence may create its items on access).
+        samples = list(samples)
         cdef Py_ssize_t n = len(samples), j
         if len(indices) != n:
             raise ValueError(f"indices must give one dataset index per sample: {n} samples, "
@@ -458,6 +466,10 @@ cdef class ImageBatchCollator:
                                      f"must share C and H; slot {first_slot} has C={channels}, H={height}, "
                                      f"received C={c}, H={h}")
                 target = sample.target
+                if (cnp.PyArray_TYPE(target) != cnp.NPY_INT32 or cnp.PyArray_NDIM(target) != 1
+                        or not cnp.PyArray_IS_C_CONTIGUOUS(target)):
+                    raise TypeError(f"slot {first_slot + j} (dataset index {index}): the Sample's target was "
+                                    f"changed in place to {_describe(target)}; it must stay a 1-D int32 array")
                 jobs[j].pixels = <const float*>cnp.PyArray_DATA(image)
                 jobs[j].width = image.shape[2]
                 jobs[j].target = <const i32*>cnp.PyArray_DATA(target)
@@ -600,7 +612,7 @@ cdef class ImageBatchCollator:
         cdef float* data = <float*>cnp.PyArray_DATA(scratch)
         memcpy(data, job.pixels, rows * width * sizeof(float))
         cdef SampleRng rng = SampleRng.__new__(SampleRng)
-        rng.state = derive_seed(seed, epoch, step, <u64>slot, STREAM_AUGMENTATION)
+        rng._state = derive_seed(seed, epoch, step, <u64>slot, STREAM_AUGMENTATION)
         result = self.augmentation(scratch, rng)
         if result is not None and result is not scratch:
             raise TypeError(f"slot {slot} (dataset index {job.index}): the augmentation must edit its "

@@ -171,8 +171,8 @@ cdef class ArrayImageDataset:
 
     @property
     def shapes(self):
-        """``[count, 3]`` int64 array of (C, H, W)."""
-        return self._shapes
+        """``[count, 3]`` int64 array of (C, H, W) (a read-only view of the storage)."""
+        return self._shapes.view()
 
 
 cdef class SyntheticLineImages(ArrayImageDataset):

@@ -14,9 +14,11 @@ cdef object channel_constants(values, Py_ssize_t channels, str name):
         array = np.repeat(array, channels)
     if array.size != channels:
         raise ValueError(f"{name} must be one number or {channels} numbers, received {values!r}")
-    if not np.all(np.isfinite(array)):
-        raise ValueError(f"{name} must be finite, received {values!r}")
-    return array.astype(np.float32)
+    with np.errstate(over="ignore"):      # an overflow is reported just below
+        rounded = array.astype(np.float32)
+    if not np.all(np.isfinite(rounded)):
+        raise ValueError(f"{name} must be finite in float32, received {values!r}")
+    return rounded
 
 
 cdef tuple source_layout(src, Py_ssize_t channels, width, height, stride):

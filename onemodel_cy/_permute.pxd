@@ -5,7 +5,7 @@ from onemodel_cy._rng cimport mix64
 cdef extern from *:
     """
     #define OM_FEISTEL_ROUND 0x632BE59BD9B4E019ULL
-    #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+    #if defined(__GNUC__) && __GNUC__ >= 12 && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
     /* Wide-vector clones chosen at load time (no -march flag): the rounds are integer
        operations, identical in every clone. */
     #define OM_FEISTEL_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))

@@ -4,6 +4,11 @@ from onemodel_cy._typedefs cimport u64, u32
 cdef extern from *:
     """
     #include <stdint.h>
+    #include <float.h>
+    /* §2, §4 and §6 are defined on float32 operations each rounded to float32. */
+    #if defined(FLT_EVAL_METHOD) && FLT_EVAL_METHOD != 0 && FLT_EVAL_METHOD != -1
+    #error "onemodel_cy needs float32 arithmetic evaluated in float32 (FLT_EVAL_METHOD 0): on 32-bit x86 build with -msse2 -mfpmath=sse"
+    #endif
     /* High 64 bits of a 64x64-bit product, low half through *lo (§2 NextInt). */
     #if defined(__SIZEOF_INT128__)
     static inline uint64_t om_mul128(uint64_t a, uint64_t b,
@@ -102,4 +107,4 @@ cdef u64 as_count(object value, str name, u64 minimum=*) except? 0
 
 
 cdef class SampleRng:
-    cdef public u64 state
+    cdef u64 _state     # read and written through the ``state`` property (D3)

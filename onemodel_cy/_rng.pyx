@@ -35,7 +35,10 @@ STREAMS = {
 
 
 cdef object as_index(object value, str name):
+    """``value`` as a Python int; a bool is not taken for a number (as in the oracle)."""
     try:
+        if isinstance(value, bool):
+            raise TypeError
         return operator.index(value)
     except TypeError:
         raise TypeError(
@@ -102,71 +105,80 @@ cdef class SampleRng:
         The initial state, reduced mod 2**64 (D2, D3).
     """
     def __init__(self, state=0):
-        self.state = as_u64(state, "state")
+        self._state = as_u64(state, "state")
+
+    @property
+    def state(self):
+        """The 64-bit state; any integer assigned is reduced mod 2**64 (D3)."""
+        return self._state
+
+    @state.setter
+    def state(self, value):
+        self._state = as_u64(value, "state")
 
     def __repr__(self):
-        return f"SampleRng(state={self.state})"
+        return f"SampleRng(state={self._state})"
 
     def __reduce__(self):
-        return (SampleRng, (self.state,))
+        return (SampleRng, (self._state,))
 
     def next_u64(self, size=None):
         """Next raw 64-bit output (int, or uint64 array of ``size``)."""
         if size is None:
-            return draw_u64(&self.state)
+            return draw_u64(&self._state)
         cdef Py_ssize_t i, n = _bulk_size(size)
         cdef cnp.ndarray out = np.empty(n, dtype=np.uint64)
         cdef u64* dst = <u64*>cnp.PyArray_DATA(out)
         with nogil:
             for i in range(n):
-                dst[i] = draw_u64(&self.state)
+                dst[i] = draw_u64(&self._state)
         return out
 
     def next_single(self, size=None):
         """Next float32 in [0, 1): ``(u >> 40) / 2**24`` (a Python float, or float32 array)."""
         if size is None:
-            return draw_single(&self.state)
+            return draw_single(&self._state)
         cdef Py_ssize_t i, n = _bulk_size(size)
         cdef cnp.ndarray out = np.empty(n, dtype=np.float32)
         cdef float* dst = <float*>cnp.PyArray_DATA(out)
         with nogil:
             for i in range(n):
-                dst[i] = draw_single(&self.state)
+                dst[i] = draw_single(&self._state)
         return out
 
     def next_double(self, size=None):
         """Next float64 in [0, 1): ``(u >> 11) / 2**53``."""
         if size is None:
-            return draw_double(&self.state)
+            return draw_double(&self._state)
         cdef Py_ssize_t i, n = _bulk_size(size)
         cdef cnp.ndarray out = np.empty(n, dtype=np.float64)
         cdef double* dst = <double*>cnp.PyArray_DATA(out)
         with nogil:
             for i in range(n):
-                dst[i] = draw_double(&self.state)
+                dst[i] = draw_double(&self._state)
         return out
 
     def next_int(self, n, size=None):
         """Unbiased integer in ``[0, n)`` by multiply-shift with redraws (D4); ``1 <= n < 2**64``."""
         cdef u64 bound = as_count(n, "n", 1)
         if size is None:
-            return draw_int(&self.state, bound)
+            return draw_int(&self._state, bound)
         cdef Py_ssize_t i, count = _bulk_size(size)
         cdef cnp.ndarray out = np.empty(count, dtype=np.uint64)
         cdef u64* dst = <u64*>cnp.PyArray_DATA(out)
         with nogil:
             for i in range(count):
-                dst[i] = draw_int(&self.state, bound)
+                dst[i] = draw_int(&self._state, bound)
         return out
 
     def next_normal(self, size=None):
         """Approximately normal float32: twelve ``next_single`` summed in float32, minus 6 (D5)."""
         if size is None:
-            return draw_normal(&self.state)
+            return draw_normal(&self._state)
         cdef Py_ssize_t i, n = _bulk_size(size)
         cdef cnp.ndarray out = np.empty(n, dtype=np.float32)
         cdef float* dst = <float*>cnp.PyArray_DATA(out)
         with nogil:
             for i in range(n):
-                dst[i] = draw_normal(&self.state)
+                dst[i] = draw_normal(&self._state)
         return out

@@ -209,6 +209,8 @@ cdef class MixingSampler(Sampler):
                 raise TypeError(f"sources[{k}] must be a (start, size, share) triple, received {source!r}") from None
             start = as_index(start, f"sources[{k}].start")
             size = as_index(size, f"sources[{k}].size")
+            if isinstance(share, (str, bytes, bool)):
+                raise TypeError(f"sources[{k}].share must be a real number, received {share!r}")
             try:
                 share = float(share)
             except (TypeError, ValueError):
@@ -226,6 +228,8 @@ cdef class MixingSampler(Sampler):
         total = 0.0
         for _, _, share in eligible:
             total += share
+        if not math.isfinite(total):
+            raise ValueError(f"the shares must add up to a finite total, received {[s[2] for s in eligible]}")
         bounds = []
         cumulative = 0.0
         for _, _, share in eligible:
@@ -320,7 +324,8 @@ cdef class BucketedSampler(Sampler):
 
     @property
     def lengths(self):
-        return self._lengths
+        """The lengths (a read-only view: the plan depends on them)."""
+        return self._lengths.view()
 
     def __repr__(self):
         return (f"BucketedSampler(lengths=<{self.n} lengths>, batch_size={self.batch_size}, "
@@ -342,7 +347,8 @@ cdef class BucketedSampler(Sampler):
     cdef cnp.ndarray build_plan(self, u64 epoch):
         cdef Py_ssize_t B = self.batch_size, S = self.steps_per_epoch
         cdef Py_ssize_t kept = S * B
-        cdef Py_ssize_t pool = min(B * self.pool_batches, kept)
+        # B * pool_batches, computed so that a huge pool_batches cannot overflow.
+        cdef Py_ssize_t pool = kept if self.pool_batches >= S else B * self.pool_batches
         cdef cnp.ndarray result = np.empty(kept, dtype=np.int64)
         cdef i64* plan = <i64*>cnp.PyArray_DATA(result)
         cdef const i64* lengths = <i64*>cnp.PyArray_DATA(self._lengths)

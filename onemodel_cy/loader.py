@@ -1,6 +1,6 @@
 """§1 the DataLoader: thread workers, a prefetch ring, ordered delivery, resume, ranks.
 
-Every thread of the package is created in this file (``_start_workers``). Workers only
+The loader's threads are created in one place, ``BatchStream._restart``. Workers only
 decide *when* a step is built, never *what* it contains: a batch is a function of the
 global step alone, so the stream is the same for any number of workers, any prefetch
 depth, any timing and any resume point.
@@ -21,21 +21,23 @@ import atexit
 import operator
 import sys
 import threading
+import time
+import warnings
 import weakref
 
 import numpy as np
 
 from onemodel_cy._collate import ImageBatch, ImageBatchCollator
 from onemodel_cy._datasets import ArrayImageDataset, Sample
-from onemodel_cy._rng import SampleRng, derive
+from onemodel_cy._rng import STREAMS, SampleRng, derive
 from onemodel_cy._samplers import Sampler
 
 __all__ = ["DataLoader", "BatchStream", "threads_available"]
 
 _POLL = 0.05            # seconds between checks of a closed stream while waiting
-_JOIN_TIMEOUT = 10.0    # seconds to wait for a worker finishing the batch it is building
+_JOIN_TIMEOUT = 10.0    # seconds, in all, to wait for workers finishing the batches they build
 _MASK64 = (1 << 64) - 1
-_STREAM_TRANSFORM = 0
+_STREAM_TRANSFORM = STREAMS["STREAM_TRANSFORM"]
 
 
 def threads_available() -> bool:
@@ -43,13 +45,15 @@ def threads_available() -> bool:
     return sys.platform not in ("emscripten", "wasi")
 
 
-def _integer(value, name, minimum):
+def _integer(value, name, minimum=None):
     try:
+        if isinstance(value, bool):
+            raise TypeError
         v = operator.index(value)
     except TypeError:
         raise TypeError(f"{name} must be an integer, received {value!r} of type "
                         f"{type(value).__name__}") from None
-    if v < minimum:
+    if minimum is not None and v < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, received {v}")
     return v
 
@@ -116,7 +120,7 @@ class DataLoader:
         self.dataset = dataset
         self.sampler = sampler
         self.collator = collator
-        self.seed = _integer(seed, "seed", -(1 << 63)) & _MASK64
+        self.seed = _integer(seed, "seed") & _MASK64     # D3: any integer, mod 2**64
         self.workers = _integer(workers, "workers", 0)
         self.prefetch = _integer(prefetch, "prefetch", 1)
         self.transform = transform
@@ -132,13 +136,17 @@ class DataLoader:
         self.timeout = timeout
         share = batch_size // self.world_size
         self._slots = (self.rank * share, (self.rank + 1) * share)
-        # A short last batch (drop_last=False) is shared by slot range as it stands; a
-        # rank whose whole range lies past its end would receive nothing.
+        # A short last batch (drop_last=False) is shared by slot range as it stands. If the
+        # last rank's range lay past its end, that rank would receive nothing: every rank
+        # refuses alike, so that no rank starts while another cannot.
         last = sampler.batch_length(sampler.steps_per_epoch - 1)
-        if last <= self._slots[0]:
-            raise ValueError(f"rank {self.rank} of {self.world_size} owns slots {list(self._slots)} but the last "
-                             f"batch of each epoch of {sampler!r} holds only {last}; use drop_last=True")
-        self._fast = isinstance(dataset, ArrayImageDataset) and transform is None
+        if last <= (self.world_size - 1) * share:
+            raise ValueError(f"the last batch of each epoch of {sampler!r} holds {last} samples, too few to "
+                             f"give each of {self.world_size} ranks a share of {share}; use drop_last=True")
+        # The fast path reads ArrayImageDataset's storage directly, so only when
+        # get_sample is the storage's own (a subclass may override it).
+        self._fast = (isinstance(dataset, ArrayImageDataset) and transform is None
+                      and type(dataset).get_sample is ArrayImageDataset.get_sample)
         self.epoch = 0
 
     # -- the pure function -------------------------------------------------------------
@@ -254,7 +262,6 @@ class _Ring:
         self.next_claim = start
         self.limit = stop              # claim nothing at or beyond (None: endless)
         self.closed = False
-        self.claims = []               # (step, next_to_take) pairs when instrumented, else None
 
     def wait(self, lock) -> bool:
         """Acquire ``lock``, giving up (False) once the ring is closed."""
@@ -367,7 +374,11 @@ class BatchStream:
         waited = 0.0
         while not slot.ready.acquire(True, _POLL):
             waited += _POLL
+            if ring.closed:             # closed from another thread while we waited
+                raise StopIteration
             if not any(thread.is_alive() for thread in self._threads):
+                if slot.ready.acquire(False):   # the last worker filled it just before ending
+                    break
                 raise RuntimeError(f"every worker thread ended before building step {g}")
             if self.loader.timeout is not None and waited >= self.loader.timeout:
                 raise TimeoutError(f"no batch for step {g} after {self.loader.timeout} s "
@@ -392,9 +403,15 @@ class BatchStream:
             ring.closed = True
         threads, self._threads = self._threads, []
         current = threading.current_thread()
+        deadline = time.monotonic() + _JOIN_TIMEOUT
         for thread in threads:
             if thread is not current:
-                thread.join(_JOIN_TIMEOUT)
+                thread.join(max(0.0, deadline - time.monotonic()))
+        stuck = [t.name for t in threads if t.is_alive() and t is not current]
+        if stuck:
+            warnings.warn(f"onemodel_cy: {stuck} still inside dataset/transform code {_JOIN_TIMEOUT} s after "
+                          f"close(); they end when that call returns (daemon threads)", ResourceWarning,
+                          stacklevel=3)
 
     def close(self):
         """Stop the stream: end and join its worker threads (idempotent)."""

@@ -788,3 +788,30 @@ def test_collation_kernel_releases_the_gil(om, kind):
 
     progress = _progress_while(work, 30)
     assert max(progress) >= 5, progress
+
+
+def test_samples_created_on_access_stay_alive(om):
+    """§4 copies each sample's pixels: a sequence whose items are built on access (and
+    dropped right after) still collates to exactly those pixels and targets."""
+    class OnAccess:
+        def __len__(self):
+            return 6
+
+        def __getitem__(self, k):
+            if not 0 <= k < 6:
+                raise IndexError(k)
+            return om.Sample(np.full((1, 2, 3), k + 1, np.float32), [k + 4], k)
+
+    with om.ImageBatchCollator().collate(OnAccess(), list(range(6)), 0, 0, 0) as b:
+        assert b.images[:, 0, 0, 0].tolist() == [1, 2, 3, 4, 5, 6]
+        assert b.targets.tolist() == [4, 5, 6, 7, 8, 9]
+
+
+def test_target_changed_in_place_after_the_sample_is_refused(om):
+    """A target array whose dtype or shape was changed in place after the Sample was built
+    is refused at collation, naming the slot, instead of being read past its end."""
+    target = np.array([1, 2, 3, 4], np.int32)
+    sample = om.Sample(np.ones((1, 2, 3), np.float32), target, 0)
+    target.dtype = np.int8
+    with pytest.raises(TypeError, match="slot 0"):
+        om.ImageBatchCollator().collate([sample], [0], 0, 0, 0)

@@ -227,3 +227,13 @@ def test_array_dataset_refuses_bad_input(om, images, targets, labels, error, fra
     with pytest.raises(error) as e:
         om.ArrayImageDataset(images, targets, labels)
     assert fragment in str(e.value)
+
+
+def test_storage_views_cannot_be_made_writeable(om):
+    """The fast path trusts the packed storage: the shapes a dataset hands out are a view
+    that cannot be switched back to writeable."""
+    ds = om.SyntheticLineImages(4, height=2, min_width=3, max_width=5, seed=1)
+    with pytest.raises(ValueError):
+        ds.shapes.flags.writeable = True
+    with pytest.raises(ValueError):
+        ds.get_sample(0).image.flags.writeable = True

@@ -302,3 +302,11 @@ def test_read_only_out_is_refused(om):
         om.rgb8_to_planar(_bytes(0, (2, 2, 3)), 0.0, 1.0, out=out)
     assert "writeable=False" in str(e.value)
     assert np.all(out == 0)
+
+
+@pytest.mark.parametrize("kw", [dict(mean=0.0, std=1e39), dict(mean=1e39, std=1.0)])
+def test_constants_that_overflow_float32_are_refused(om, kw):
+    """D15 rounds mean and std to float32 first; a value that becomes infinite there is
+    refused instead of giving a plane of zeros or infinities."""
+    with pytest.raises(ValueError, match="float32"):
+        om.gray8_to_planar(np.zeros((2, 2), np.uint8), **kw)

@@ -493,6 +493,8 @@ _RESUME_CHILD = textwrap.dedent("""
             for _ in range(3):
                 next(stream)
             print(json.dumps(stream.state_dict()))
+            with loader.batch_at(3) as expected:
+                print(hashlib.sha256(expected.images.tobytes()).hexdigest())
         else:
             stream.load_state_dict(json.loads(sys.stdin.read()))
             batch = next(stream)
@@ -503,7 +505,8 @@ _RESUME_CHILD = textwrap.dedent("""
 def test_state_dict_resumes_in_a_fresh_process():
     """Resume is for interrupted runs, which restart in a new process: a state saved by one
     process is accepted by a fresh process that builds the same pipeline (the same code, with a
-    Python augmentation and a callable-object transform), and it continues at the saved step."""
+    Python augmentation and a callable-object transform), and it continues at the saved step
+    with the same bytes."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
 
     def run(mode, stdin=None):
@@ -512,9 +515,12 @@ def test_state_dict_resumes_in_a_fresh_process():
 
     saved = run("save")
     assert saved.returncode == 0, saved.stderr
-    resumed = run("load", saved.stdout)
+    state, expected_digest = saved.stdout.splitlines()
+    resumed = run("load", state)
     assert resumed.returncode == 0, f"a fresh process refused the saved state:\n{resumed.stderr[-2500:]}"
-    assert resumed.stdout.split()[0] == "3"
+    step, digest = resumed.stdout.split()
+    assert step == "3"
+    assert digest == expected_digest      # the very batch the first process would have built
 
 
 # --------------------------------------------------------------------------- exceptions
@@ -943,3 +949,96 @@ def test_iterating_the_loader_gives_one_epoch_per_pass(workers):
     batches = list(loader)
     assert_stream_is_batch_at(batches, check, range(7 * S, 8 * S), "after set_epoch(7)")
     assert_no_workers()
+
+
+# --------------------------------------------------------------------------- review findings
+
+def _small_loader(**kw):
+    ds = om.SyntheticLineImages(48, 3, 1, 9, seed=4)
+    kw.setdefault("seed", 5)
+    return om.DataLoader(ds, om.ShuffledSampler(48, 4, 2), om.ImageBatchCollator(augmentation=om.GainOffset()),
+                         **kw)
+
+
+def test_close_from_another_thread_ends_a_waiting_consumer():
+    """§1 shutdown: a consumer blocked waiting for a batch while another thread closes the
+    stream sees the stream end (StopIteration), not a spurious error, and no worker remains."""
+    release = threading.Event()
+
+    class Slow(PyDataset):
+        def get_sample(self, index):
+            release.wait(5)
+            return self.inner.get_sample(index)
+
+    ds = om.SyntheticLineImages(16, 3, 1, 9, seed=4)
+    loader = om.DataLoader(Slow(ds), om.SequentialSampler(16, 4), om.ImageBatchCollator(), seed=1, workers=2)
+    stream = loader.iter()
+    outcome = []
+    consumer = threading.Thread(target=lambda: outcome.append(next(stream, "ended")))
+    consumer.start()
+    time.sleep(0.2)
+    closer = threading.Thread(target=stream.close)
+    closer.start()
+    release.set()
+    consumer.join(10)
+    closer.join(10)
+    assert outcome == ["ended"] or isinstance(outcome[0], om.ImageBatch)
+    assert not [t for t in threading.enumerate() if t.name.startswith("onemodel_cy-worker")]
+
+
+def test_subclass_overriding_get_sample_is_called():
+    """§1: the batch is built from what the dataset's get_sample returns; a subclass of the
+    in-memory dataset that overrides it is honoured, not bypassed by the fast path."""
+    base = om.SyntheticLineImages(8, 2, 3, 3, seed=1)
+
+    class Zeroed(om.ArrayImageDataset):
+        def get_sample(self, index):
+            s = base.get_sample(index)
+            return om.Sample(np.zeros_like(s.image), s.target, s.label)
+
+    images = [base.get_sample(i).image for i in range(8)]
+    ds = Zeroed(images, [base.get_sample(i).target for i in range(8)], [0] * 8)
+    loader = om.DataLoader(ds, om.SequentialSampler(8, 4), om.ImageBatchCollator(), seed=0)
+    with loader.batch_at(0) as b:
+        assert not b.images.any()
+
+
+def test_every_rank_refuses_a_short_last_batch_it_cannot_share():
+    """Ranks: when the last batch is too short to give every rank a share, every rank
+    refuses alike (so no rank starts while another cannot)."""
+    sampler = om.SequentialSampler(37, 6, drop_last=False)     # last batch holds 1
+    ds = om.SyntheticLineImages(37, 2, 1, 4, seed=1)
+    for rank in (0, 1):
+        with pytest.raises(ValueError, match="last batch"):
+            om.DataLoader(ds, sampler, om.ImageBatchCollator(), seed=0, rank=rank, world_size=2)
+
+
+def test_any_integer_seed_is_reduced_mod_2_64():
+    """D3: the loader's seed, like every seed, is taken mod 2^64."""
+    a = _small_loader(seed=-(2**64) + 5)
+    b = _small_loader(seed=5)
+    with a.batch_at(3) as x, b.batch_at(3) as y:
+        assert np.array_equal(x.images, y.images)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_steady_state_allocates_little_on_the_consumer(workers):
+    """§5 at the loader: after warm-up, taking the next batch allocates far less than a
+    batch on the consuming thread (counted per thread), and the pool never misses."""
+    from onemodel_cy import _alloccount
+    _alloccount.install()
+    ds = om.SyntheticLineImages(64, 32, 200, 256, seed=4)      # a batch of 16 is ~512 KiB
+    loader = om.DataLoader(ds, om.ShuffledSampler(64, 16, 2), om.ImageBatchCollator(4, augmentation=om.GainOffset()),
+                           seed=5, workers=workers, prefetch=3)
+    pool = loader.collator.pool
+    with loader.iter(0, 200) as stream:
+        for _ in range(60):
+            next(stream).close()
+        misses = pool.stats()["misses"]
+        before, _ = _alloccount.thread_allocated()
+        for batch in stream:
+            batch.close()
+        after, _ = _alloccount.thread_allocated()
+    per_batch = (after - before) / 140
+    assert per_batch < 2048, per_batch
+    assert pool.stats()["misses"] == misses

@@ -495,3 +495,24 @@ def test_reserve_fills_the_window_ahead(om):
     assert small.stats()["bytes_held"] <= 3 * nbytes
     with pytest.raises(ValueError, match="-1"):
         pool.reserve(-1, 2)
+
+
+def test_block_in_a_reference_cycle_returns_cleanly(om):
+    """§5: a block caught in a reference cycle is freed by the garbage collector and goes
+    back to the pool, without crashing."""
+    import gc
+    collator = om.ImageBatchCollator()
+    ds = om.SyntheticLineImages(8, height=2, min_width=3, max_width=5, seed=1)
+    batch = collator.collate_from(ds, np.arange(8, dtype=np.int64), 0, 0, 0)
+    cycle = [batch.images.base]
+    cycle.append(cycle)
+    batch.close()
+    del batch, cycle
+    gc.collect()
+    assert collator.pool.stats()["blocks_in_use"] == 0
+
+
+def test_pool_refuses_absurd_sizes(om):
+    """The pool serves batch-sized requests; a size beyond any batch is refused at once."""
+    with pytest.raises(ValueError, match="nbytes"):
+        om.BufferPool().reserve(2**63 + 1, 1)

@@ -344,3 +344,19 @@ def test_reference_bulk_singles_equal_loop(ref, state, k):
     loop = np.array([b.next_single() for _ in range(k)], dtype=np.float32)
     assert bulk.view(np.uint32).tolist() == loop.view(np.uint32).tolist()
     assert a.state == b.state
+
+
+@pytest.mark.parametrize("value", [-1, 1 << 64, (1 << 70) + 5])
+def test_state_assignment_is_reduced_mod_2_64(om, value):
+    """D3: a state assigned after construction is reduced mod 2^64 exactly like one given
+    to the constructor, so both routes draw the same numbers."""
+    rng = om.SampleRng(0)
+    rng.state = value
+    assert rng.state == value % (1 << 64)
+    assert rng.next_u64() == om.SampleRng(value).next_u64()
+
+
+def test_a_bool_is_not_an_integer_argument(om):
+    """Integer arguments take integers; True is refused as the oracle refuses it."""
+    with pytest.raises(TypeError, match="True"):
+        om.SampleRng(0).next_int(True)

@@ -413,3 +413,42 @@ def test_reference_rejects_the_same_inputs(ref):
         ref.SequentialSampler(10, 3).indices(-1, 0)
     with pytest.raises(TypeError, match=_received("3")):
         ref.SequentialSampler("3", 1)
+
+
+def test_bucketed_huge_pool_batches_is_one_pool(om):
+    """D11: pools hold B*pool_batches kept indices; a pool_batches beyond the epoch makes a
+    single pool (the whole kept order), never an overflow or an endless loop."""
+    lengths = [5, 3, 9, 1, 7, 2, 8, 4]
+    huge = om.BucketedSampler(lengths, 2, 2**62, 3)
+    whole = om.BucketedSampler(lengths, 2, 4, 3)
+    ref = R.BucketedSampler(lengths, 2, 2**62, 3)
+    for step in range(4):
+        assert huge.indices(0, step).tolist() == whole.indices(0, step).tolist() == ref.indices(0, step)
+
+
+@pytest.mark.parametrize("share", ["0.5", b"1", True])
+def test_mixing_share_must_be_a_number(om, share):
+    """D10: a share is a real number; text and bools are refused, naming the value."""
+    with pytest.raises(TypeError, match=re.escape(repr(share))):
+        om.MixingSampler([(0, 4, share), (4, 4, 1.0)], 2, 1, 0)
+
+
+def test_mixing_shares_with_an_infinite_total_are_refused(om):
+    """D10 normalises by the float64 total; shares whose total overflows are refused
+    instead of silently sending every draw to the last source."""
+    with pytest.raises(ValueError, match="finite total"):
+        om.MixingSampler([(0, 4, 1e308), (4, 4, 1e308)], 2, 1, 0)
+
+
+def test_sampler_sizes_refuse_bools(om):
+    """Sizes are integers, not booleans (as in the oracle)."""
+    with pytest.raises(TypeError, match="True"):
+        om.SequentialSampler(True, 1)
+
+
+def test_bucketed_lengths_cannot_be_edited(om):
+    """The plan depends on the lengths: what the sampler hands out is a read-only view
+    that cannot be made writeable again."""
+    s = om.BucketedSampler([3, 1, 2, 5], 2, 1, 0)
+    with pytest.raises(ValueError):
+        s.lengths.flags.writeable = True
