@@ -42,29 +42,28 @@ def _demo(args) -> int:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # `bench` and `conformance` own their options: hand them the rest of the line.
+    if argv and argv[0] == "bench":
+        from onemodel_cy.bench import main as bench_main
+        return bench_main(argv[1:])
+    if argv and argv[0] == "conformance":
+        from onemodel_cy.conformance import main as conformance_main
+        return conformance_main(argv[1:])
+
     parser = argparse.ArgumentParser(prog="onemodel-cy", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-
     demo = commands.add_parser("demo", help="run the §7 workload on built-in synthetic data")
     demo.add_argument("--steps", type=int, default=500)
     demo.add_argument("--workers", type=int, default=2)
     demo.add_argument("--seed", type=int, default=0)
-    demo.set_defaults(run=_demo)
-
-    bench = commands.add_parser("bench", help="benchmark the loader against the memory floor and peers")
-    bench.add_argument("args", nargs=argparse.REMAINDER, help="arguments of the benchmark (see --help)")
-    bench.set_defaults(run=lambda a: __import__("onemodel_cy.bench", fromlist=["main"]).main(a.args))
-
-    conformance = commands.add_parser("conformance", help="known-answer vectors for ports")
-    conformance.add_argument("args", nargs=argparse.REMAINDER)
-    conformance.set_defaults(
-        run=lambda a: __import__("onemodel_cy.conformance", fromlist=["main"]).main(a.args))
-
+    commands.add_parser("bench", help="benchmark the loader against the memory floor and peers (--help)")
+    commands.add_parser("conformance", help="known-answer vectors for ports, and the checker (--help)")
     args = parser.parse_args(argv)
-    if args.command == "demo" and (args.steps < 2 or args.workers < 0):
+    if args.steps < 2 or args.workers < 0:
         parser.error(f"demo needs --steps >= 2 and --workers >= 0, received --steps {args.steps} "
                      f"--workers {args.workers}")
-    return args.run(args)
+    return _demo(args)
 
 
 if __name__ == "__main__":

@@ -180,8 +180,9 @@ class DataLoader:
         samples = workspace.samples
         indices = workspace.indices
         get_sample, transform = self.dataset.get_sample, self.transform
+        chosen = indices[lo:hi].tolist()
         try:
-            for slot, index in enumerate(indices[lo:hi].tolist(), lo):
+            for slot, index in enumerate(chosen, lo):
                 try:
                     sample = get_sample(index)
                     if transform is not None:
@@ -196,7 +197,7 @@ class DataLoader:
                     raise TypeError(f"global step {g}, slot {slot}, dataset index {index}: {source} returned "
                                     f"{type(sample).__name__}; a Sample(image, target, label) is required")
                 samples.append(sample)
-            return self.collator.collate(samples, indices[lo:hi], self.seed, epoch, step, first_slot=lo)
+            return self.collator.collate(samples, chosen, self.seed, epoch, step, first_slot=lo)
         finally:
             samples.clear()
 
