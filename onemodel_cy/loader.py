@@ -186,7 +186,8 @@ class DataLoader:
                 try:
                     sample = get_sample(index)
                     if transform is not None:
-                        sample = transform(sample, SampleRng(derive(self.seed, epoch, step, slot, _STREAM_TRANSFORM)))
+                        rng = SampleRng(derive(self.seed, epoch, step, slot, _STREAM_TRANSFORM))
+                        sample = transform(sample, rng)
                 except BaseException as error:
                     if isinstance(error, Exception):
                         error.add_note(f"onemodel_cy: while building global step {g} (epoch {epoch}, "
@@ -223,7 +224,9 @@ class DataLoader:
         self.epoch = _integer(epoch, "epoch", 0)
 
     def fingerprint(self) -> str:
-        """A description of everything the stream depends on, to refuse resuming a different pipeline.
+        """The pipeline's configuration (sampler, dataset type and size, collator, seed,
+        transform, rank), to refuse resuming into a different one. It does not hash the
+        dataset's contents or a bucketed sampler's lengths.
 
         Stable across processes: objects whose ``repr`` shows a memory address are named
         by module and qualified name instead.
