@@ -83,9 +83,12 @@ cdef class BufferPool:
             raise MemoryError(f"a batch buffer of {nbytes} bytes is beyond what the pool serves ({LARGEST})")
         cdef size_t capacity
         cdef int size_class = class_of(nbytes, &capacity)
+        # The block object first: once it holds the memory, its destruction returns it,
+        # whatever fails afterwards.
+        cdef Block block = Block.__new__(Block)
+        block.pool = self
+        block.nbytes = nbytes
         cdef RawBlock* raw = NULL
-        if size_class >= POOL_CLASSES:
-            raise MemoryError(f"cannot pool a block of {nbytes} bytes")
         with self._mutex:
             raw = self._free[size_class]
             if raw != NULL:
@@ -95,26 +98,20 @@ cdef class BufferPool:
                 self._hits += 1
             else:
                 self._misses += 1
-            self._blocks_in_use += 1
-            self._class_in_use[size_class] += 1
-            self._bytes_in_use += capacity
         if raw == NULL:
             raw = <RawBlock*>PyMem_RawMalloc(OVERHEAD + capacity)
             if raw == NULL:
-                with self._mutex:
-                    self._blocks_in_use -= 1
-                    self._class_in_use[size_class] -= 1
-                    self._bytes_in_use -= capacity
                 raise MemoryError(f"cannot allocate a batch buffer of {capacity} bytes")
             raw.capacity = capacity
             raw.size_class = size_class
         raw.next = NULL
-        cdef Block block = Block.__new__(Block)
-        block.pool = self
+        with self._mutex:
+            self._blocks_in_use += 1
+            self._class_in_use[size_class] += 1
+            self._bytes_in_use += capacity
         block.raw = raw
         block.data = <char*>((<uintptr_t>raw + sizeof(RawBlock) + POOL_ALIGN - 1)
                              // POOL_ALIGN * POOL_ALIGN)
-        block.nbytes = nbytes
         return block
 
     cdef void give_back(self, RawBlock* raw) noexcept:
