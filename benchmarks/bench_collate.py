@@ -23,7 +23,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import onemodel_cy as om  # noqa: E402
 from onemodel_cy import _alloccount  # noqa: E402
-from onemodel_cy.bench import BATCH, COUNT, HEIGHT, MAX_W, MIN_W, MULTIPLE, FloorCase  # noqa: E402
+from onemodel_cy.bench import BATCH, COUNT, MULTIPLE, FloorCase, workload_dataset  # noqa: E402
 
 
 def main(argv=None):
@@ -33,7 +33,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     _alloccount.install()
 
-    dataset = om.SyntheticLineImages(COUNT, height=HEIGHT, min_width=MIN_W, max_width=MAX_W, seed=0)
+    dataset = workload_dataset()
     sampler = om.ShuffledSampler(COUNT, BATCH, seed=0)
     steps = [sampler.indices(0, s) for s in range(sampler.steps_per_epoch)]
     collators = {"GainOffset": om.ImageBatchCollator(MULTIPLE, augmentation=om.GainOffset()),

@@ -28,8 +28,21 @@ BATCH, HEIGHT, MIN_W, MAX_W, COUNT, MULTIPLE, PREFETCH = 128, 32, 64, 256, 2048,
 
 # ------------------------------------------------------------------ the workload
 
+def workload_dataset(min_width=MIN_W, max_width=MAX_W, seed=0):
+    """The §7 images: COUNT synthetic lines of height HEIGHT."""
+    return om.SyntheticLineImages(COUNT, height=HEIGHT, min_width=min_width, max_width=max_width, seed=seed)
+
+
+def plain_arrays(source):
+    """Each sample of ``source`` as its own numpy image, target and label (what a user's
+    dataset, or a peer's, would hold)."""
+    samples = [source.get_sample(i) for i in range(len(source))]
+    return ([np.array(s.image) for s in samples], [np.array(s.target) for s in samples],
+            [s.label for s in samples])
+
+
 def make_pipeline(workers=0, generic=False, batch=BATCH, min_width=MIN_W, max_width=MAX_W, seed=0):
-    dataset = om.SyntheticLineImages(COUNT, height=HEIGHT, min_width=min_width, max_width=max_width, seed=seed)
+    dataset = workload_dataset(min_width, max_width, seed)
     sampler = om.ShuffledSampler(COUNT, batch, seed=seed)
     if generic:
         collator = om.ImageBatchCollator(MULTIPLE, augmentation=python_gain_offset)
@@ -43,10 +56,7 @@ class PythonDataset:
     """A user-written dataset: plain Python, a ``Sample`` per call (the generic path)."""
 
     def __init__(self, source):
-        self.samples = [source.get_sample(i) for i in range(len(source))]
-        self.images = [np.array(s.image) for s in self.samples]
-        self.targets = [np.array(s.target) for s in self.samples]
-        self.labels = [s.label for s in self.samples]
+        self.images, self.targets, self.labels = plain_arrays(source)
 
     def __len__(self):
         return len(self.images)
@@ -56,7 +66,7 @@ class PythonDataset:
 
 
 def python_gain_offset(image, rng):
-    """A gain and offset written as a user would, in numpy."""
+    """A gain and offset written as a user would, in numpy (the peers run it too)."""
     image *= 1 + 0.2 * (2 * rng.next_single() - 1)
     image += 0.1 * (2 * rng.next_single() - 1)
 
@@ -89,7 +99,7 @@ class FloorCase(Case):
         self.name = "floor (numpy copy)" + (f", {threads} threads" if threads > 1 else "")
 
     def setup(self):
-        dataset = om.SyntheticLineImages(COUNT, height=HEIGHT, min_width=MIN_W, max_width=MAX_W, seed=0)
+        dataset = workload_dataset()
         sampler = om.ShuffledSampler(COUNT, BATCH, seed=0)
         self.sources = []
         for step in range(sampler.steps_per_epoch):
@@ -171,10 +181,7 @@ class TorchCase(Case):
     def setup(self):
         import torch
         torch.set_num_threads(1)
-        source = om.SyntheticLineImages(COUNT, height=HEIGHT, min_width=MIN_W, max_width=MAX_W, seed=0)
-        samples = [source.get_sample(i) for i in range(COUNT)]
-        dataset = _TorchDataset([np.array(s.image) for s in samples], [np.array(s.target) for s in samples],
-                                [s.label for s in samples])
+        dataset = _TorchDataset(*plain_arrays(workload_dataset()))
         self.loader = torch.utils.data.DataLoader(
             dataset, batch_size=BATCH, shuffle=True, drop_last=True, num_workers=self.workers,
             collate_fn=_torch_collate, generator=torch.Generator().manual_seed(0),
@@ -212,9 +219,7 @@ class _TorchDataset:
 
     def __getitem__(self, index):
         image = self.images[index].copy()
-        rng = om.SampleRng(index)
-        image *= 1 + 0.2 * (2 * rng.next_single() - 1)
-        image += 0.1 * (2 * rng.next_single() - 1)
+        python_gain_offset(image, om.SampleRng(index))
         return image, self.targets[index], self.labels[index]
 
 
@@ -239,14 +244,11 @@ class GrainCase(Case):
 
     def setup(self):
         import grain
-        source = om.SyntheticLineImages(COUNT, height=HEIGHT, min_width=MIN_W, max_width=MAX_W, seed=0)
-        images = [np.array(source.get_sample(i).image) for i in range(COUNT)]
+        images = plain_arrays(workload_dataset())[0]
 
         def augment(index):
             image = images[index].copy()
-            rng = om.SampleRng(index)
-            image *= np.float32(1 + 0.2 * (2 * rng.next_single() - 1))
-            image += np.float32(0.1 * (2 * rng.next_single() - 1))
+            python_gain_offset(image, om.SampleRng(index))
             return image
 
         def pad(batch_images):
