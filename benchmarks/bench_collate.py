@@ -18,7 +18,6 @@ import sys
 import time
 import tracemalloc
 
-import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import onemodel_cy as om  # noqa: E402

@@ -168,7 +168,7 @@ cdef class ShuffledSampler(_RangeSampler):
         return (ShuffledSampler, (self.n, self.batch_size, self.seed, self.drop_last))
 
     cdef int fill(self, u64 epoch, Py_ssize_t step, i64* out) except -1:
-        cdef Py_ssize_t i, start = step * self.batch_size
+        cdef Py_ssize_t start = step * self.batch_size
         cdef Py_ssize_t length = self.batch_length_of(step)
         cdef Permutation perm = permutation_of(<u64>self.n,
                                                derive_seed(self.seed, epoch, 0, 0, STREAM_EPOCH_ORDER))

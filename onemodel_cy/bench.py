@@ -386,7 +386,7 @@ def main(argv=None):
                      f"{seconds * 1e9 / (moved / 1024):,.1f} |")
 
     command = "python benchmarks/bench_loader.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    header = [f"# onemodel_cy benchmark results", "",
+    header = ["# onemodel_cy benchmark results", "",
               f"- date: {datetime.datetime.now().isoformat(timespec='seconds')}",
               f"- command: `{command.strip()}`",
               f"- machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
