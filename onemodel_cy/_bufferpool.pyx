@@ -7,12 +7,39 @@ a caller still holds is never reused, and two live batches never share memory; a
 that is closed (or simply dropped) recycles its memory at once.
 
 Free blocks wait in per-size-class lists (4 classes per power of two, so at most 25 %
-slack). The pool keeps at most ``max_bytes`` of free memory; blocks returned beyond that
-are freed. Memory in use is bounded by what the caller keeps alive.
+slack); a request whose class is empty takes the smallest larger free block. The pool
+keeps at most ``max_bytes`` of free memory; blocks returned beyond that are freed. Memory
+in use is bounded by what the caller keeps alive.
 """
 cimport cython
-from cpython.mem cimport PyMem_RawMalloc, PyMem_RawFree
 from libc.stdint cimport uintptr_t
+
+cdef extern from *:
+    """
+    #include <stdlib.h>
+    #if defined(__linux__)
+    #include <sys/mman.h>
+    #endif
+    #define OM_HUGE_PAGE ((size_t)2 << 20)
+
+    /* Batch memory. A block of 2 MiB or more starts on a 2 MiB boundary and asks the
+       kernel for transparent huge pages (honoured where THP is "madvise" or "always"):
+       a batch of a few MiB then spans a couple of TLB entries instead of a thousand,
+       which the batch writes feel (measured with benchmarks/bench_loader.py). */
+    static void* om_block_alloc(size_t nbytes) {
+        void* p = NULL;
+    #if defined(__linux__) && defined(MADV_HUGEPAGE)
+        if (nbytes >= OM_HUGE_PAGE) {
+            if (posix_memalign(&p, OM_HUGE_PAGE, nbytes) != 0) return NULL;
+            madvise(p, nbytes, MADV_HUGEPAGE);   /* advice only: a refusal changes nothing */
+            return p;
+        }
+    #endif
+        return malloc(nbytes);
+    }
+    """
+    void* block_alloc "om_block_alloc"(size_t nbytes) noexcept nogil
+    void block_free "free"(void* p) noexcept nogil
 
 DEFAULT_MAX_BYTES = 256 << 20
 
@@ -73,7 +100,7 @@ cdef class BufferPool:
             while self._free[i] != NULL:
                 raw = self._free[i]
                 self._free[i] = raw.next
-                PyMem_RawFree(raw)
+                block_free(raw)
 
     def __repr__(self):
         return f"BufferPool(max_bytes={self.max_bytes})"
@@ -89,17 +116,22 @@ cdef class BufferPool:
         block.pool = self
         block.nbytes = nbytes
         cdef RawBlock* raw = NULL
+        cdef int c = size_class
         with self._mutex:
-            raw = self._free[size_class]
-            if raw != NULL:
-                self._free[size_class] = raw.next
-                self._free_count[size_class] -= 1
+            # The request's own class first, else the smallest larger free block: batches
+            # of varying width then never miss once the window is held in the largest class.
+            while c < POOL_CLASSES and self._free[c] == NULL:
+                c += 1
+            if c < POOL_CLASSES:
+                raw = self._free[c]
+                self._free[c] = raw.next
+                self._free_count[c] -= 1
                 self._bytes_held -= raw.capacity
                 self._hits += 1
             else:
                 self._misses += 1
         if raw == NULL:
-            raw = <RawBlock*>PyMem_RawMalloc(OVERHEAD + capacity)
+            raw = <RawBlock*>block_alloc(OVERHEAD + capacity)
             if raw == NULL:
                 raise MemoryError(f"cannot allocate a batch buffer of {capacity} bytes")
             raw.capacity = capacity
@@ -107,8 +139,8 @@ cdef class BufferPool:
         raw.next = NULL
         with self._mutex:
             self._blocks_in_use += 1
-            self._class_in_use[size_class] += 1
-            self._bytes_in_use += capacity
+            self._class_in_use[raw.size_class] += 1
+            self._bytes_in_use += raw.capacity
         block.raw = raw
         block.data = <char*>((<uintptr_t>raw + sizeof(RawBlock) + POOL_ALIGN - 1)
                              // POOL_ALIGN * POOL_ALIGN)
@@ -130,13 +162,13 @@ cdef class BufferPool:
             else:
                 self._dropped += 1
         if not keep:
-            PyMem_RawFree(raw)
+            block_free(raw)
 
     def reserve(self, nbytes, count):
         """Make sure the pool owns ``count`` blocks that fit ``nbytes``, counting those in
         use, by allocating free ones (within ``max_bytes``); returns how many it allocated.
-        The loader reserves its whole prefetch window once it knows the batch size, so that
-        steady state never misses."""
+        The loader reserves its whole prefetch window at the largest batch size it has seen;
+        smaller batches borrow those blocks, so steady state never misses."""
         if (not isinstance(nbytes, int) or not isinstance(count, int) or not 0 <= nbytes <= LARGEST
                 or count < 0):
             raise ValueError(f"need 0 <= nbytes <= {LARGEST} and count >= 0 (integers), received "
@@ -150,7 +182,7 @@ cdef class BufferPool:
                 if (self._free_count[size_class] + self._class_in_use[size_class] >= count
                         or self._bytes_held + capacity > self.max_bytes):
                     break
-            raw = <RawBlock*>PyMem_RawMalloc(OVERHEAD + capacity)
+            raw = <RawBlock*>block_alloc(OVERHEAD + capacity)
             if raw == NULL:
                 raise MemoryError(f"cannot allocate a batch buffer of {capacity} bytes")
             raw.capacity = capacity
@@ -195,7 +227,7 @@ cdef class BufferPool:
                     self._bytes_held -= chain.capacity
                     raw = chain
                     chain = chain.next
-                    PyMem_RawFree(raw)
+                    block_free(raw)
 
 
 @cython.final

@@ -307,7 +307,8 @@ cdef class _Workspace:
     """Per-thread scratch of a collator: the slot table and the augmentation scratch."""
     cdef SlotJob* jobs
     cdef Py_ssize_t capacity
-    cdef cnp.ndarray scratch           # flat float32, reused while nobody else holds it
+    cdef Block scratch                 # staging of a batch's images, reused while nobody else holds it
+    cdef BufferPool scratch_pool
     cdef list keep                     # objects whose memory the slot table points into
     cdef bint busy                     # in use by a collation on this thread
 
@@ -315,6 +316,7 @@ cdef class _Workspace:
         self.jobs = NULL
         self.capacity = 0
         self.keep = []
+        self.scratch_pool = BufferPool()
 
     def __dealloc__(self):
         free(self.jobs)
@@ -329,18 +331,22 @@ cdef class _Workspace:
             self.capacity = n
         return self.jobs
 
-    cdef cnp.ndarray scratch_of(self, Py_ssize_t c, Py_ssize_t h, Py_ssize_t w):
-        cdef Py_ssize_t size = c * h * w
-        # Reuse only while the augmentation kept no reference to an earlier scratch.
-        if (self.scratch is None or self.scratch.shape[0] < size
+    cdef float* stage(self, Py_ssize_t floats) except NULL:
+        """The batch's augmentation scratch: room for every slot's image side by side.
+        Reused only while no augmentation kept a view of an earlier batch's scratch (a
+        kept view keeps its block, which goes back to the pool when the view dies)."""
+        if (self.scratch is None or <Py_ssize_t>self.scratch.nbytes < floats * <Py_ssize_t>sizeof(float)
                 or refcount(<PyObject*>self.scratch) > 1):
-            self.scratch = np.empty(max(size, 4096), dtype=np.float32)
+            self.scratch = None
+            self.scratch = self.scratch_pool.rent(floats * sizeof(float))
+        return <float*>self.scratch.data
+
+    cdef cnp.ndarray scratch_view(self, float* at, Py_ssize_t c, Py_ssize_t h, Py_ssize_t w):
         cdef cnp.npy_intp dims[3]
         dims[0] = c
         dims[1] = h
         dims[2] = w
-        cdef cnp.ndarray view = cnp.PyArray_SimpleNewFromData(3, dims, cnp.NPY_FLOAT32,
-                                                              cnp.PyArray_DATA(self.scratch))
+        cdef cnp.ndarray view = cnp.PyArray_SimpleNewFromData(3, dims, cnp.NPY_FLOAT32, at)
         cnp.set_array_base(view, self.scratch)
         return view
 
@@ -546,9 +552,10 @@ cdef class ImageBatchCollator:
                              seed, epoch, step, Py_ssize_t first_slot):
         cdef u64 seed64 = as_u64(seed, "seed"), epoch64 = as_u64(epoch, "epoch"), step64 = as_u64(step, "step")
         cdef SlotJob* jobs = ws.jobs
-        cdef Py_ssize_t j, widest = 0, total_targets = 0
+        cdef Py_ssize_t j, widest = 0, total_width = 0, total_targets = 0
         for j in range(n):
             widest = max(widest, jobs[j].width)
+            total_width += jobs[j].width
             total_targets += jobs[j].target_length
         cdef Py_ssize_t m = self.width_multiple
         cdef Py_ssize_t padded = (widest + m - 1) // m * m           # D13
@@ -584,10 +591,23 @@ cdef class ImageBatchCollator:
                     state = derive_seed(seed64, epoch64, step64, <u64>(first_slot + j), STREAM_AUGMENTATION)
                     builtin.copy_apply(jobs[j].pixels, jobs[j].width, images + j * slot_floats, padded,
                                        rows, jobs[j].width, padded, pad, &state)
+        cdef float* staged
         if python_aug:
+            # Three phases, so that only the augmentation calls hold the GIL: another
+            # worker's copies overlap them instead of trading the GIL back and forth per
+            # sample. Each slot gets its own stretch of the scratch; the slot table then
+            # points there.
+            staged = ws.stage(rows * total_width)
+            with nogil:
+                for j in range(n):
+                    store_row(jobs[j].pixels, staged, rows * jobs[j].width, rows * jobs[j].width, False, 0, 0, 0)
+                    jobs[j].pixels = staged
+                    staged += rows * jobs[j].width
             for j in range(n):
-                self.augment_in_python(ws, &jobs[j], images + j * slot_floats, channels, height, padded,
-                                       seed64, epoch64, step64, first_slot + j)
+                self.augment_in_python(ws, &jobs[j], channels, height, seed64, epoch64, step64, first_slot + j)
+            with nogil:
+                for j in range(n):
+                    copy_padded(jobs[j].pixels, images + j * slot_floats, rows, jobs[j].width, padded, pad)
         cdef cnp.npy_intp dims[4]
         dims[0] = n
         dims[1] = channels
@@ -605,13 +625,12 @@ cdef class ImageBatchCollator:
         batch.step = step
         return batch
 
-    cdef augment_in_python(self, _Workspace ws, SlotJob* job, float* dst, Py_ssize_t channels,
-                           Py_ssize_t height, Py_ssize_t padded, u64 seed, u64 epoch, u64 step,
-                           Py_ssize_t slot):
-        cdef Py_ssize_t width = job.width, rows = channels * height
-        cdef cnp.ndarray scratch = ws.scratch_of(channels, height, width)
-        cdef float* data = <float*>cnp.PyArray_DATA(scratch)
-        memcpy(data, job.pixels, rows * width * sizeof(float))
+    cdef augment_in_python(self, _Workspace ws, SlotJob* job, Py_ssize_t channels, Py_ssize_t height,
+                           u64 seed, u64 epoch, u64 step, Py_ssize_t slot):
+        """Let the augmentation edit the slot's staged copy (``job.pixels``) in place."""
+        cdef Py_ssize_t width = job.width
+        cdef float* data = <float*>job.pixels
+        cdef cnp.ndarray scratch = ws.scratch_view(data, channels, height, width)
         cdef SampleRng rng = SampleRng.__new__(SampleRng)
         rng._state = derive_seed(seed, epoch, step, <u64>slot, STREAM_AUGMENTATION)
         result = self.augmentation(scratch, rng)
@@ -626,5 +645,3 @@ cdef class ImageBatchCollator:
             raise ValueError(f"slot {slot} (dataset index {job.index}): the augmentation changed its scratch "
                              f"from float32 {(channels, height, width)} to {_describe(scratch)}; it may "
                              f"only edit values (use the loader's transform to change shapes)")
-        with nogil:
-            copy_padded(data, dst, rows, width, padded, self.pad_value)

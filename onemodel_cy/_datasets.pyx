@@ -6,6 +6,7 @@ samples into a few flat arrays so that the collator reads them without the GIL.
 """
 import operator
 
+cimport cython
 cimport numpy as cnp
 import numpy as np
 
@@ -20,10 +21,15 @@ cdef object INT32_LIMIT = 1 << 31
 
 def as_target(target, str where="target"):
     """``target`` as a C-contiguous 1-D int32 array of values in [0, 2**31), or a clear error."""
+    return target_array(target, where)
+
+
+cdef cnp.ndarray target_array(target, str where):
     cdef cnp.ndarray array
-    if isinstance(target, np.ndarray) and (<cnp.ndarray>target).descr.type_num == cnp.NPY_INT32 \
-            and (<cnp.ndarray>target).ndim == 1:
-        array = np.ascontiguousarray(target)
+    if (isinstance(target, np.ndarray) and cnp.PyArray_TYPE(<cnp.ndarray>target) == cnp.NPY_INT32
+            and cnp.PyArray_NDIM(<cnp.ndarray>target) == 1):
+        # The common case (a dataset handing out its stored int32 arrays) stays in C.
+        array = target if cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>target) else np.ascontiguousarray(target)
         if first_negative(<const i32*>cnp.PyArray_DATA(array), array.shape[0]) >= 0:
             raise ValueError(f"{where} values must lie in [0, 2**31), received min={array.min()}")
         return array
@@ -45,6 +51,7 @@ cdef Py_ssize_t first_negative(const i32* values, Py_ssize_t n) noexcept nogil:
     return -1
 
 
+@cython.freelist(16)   # one is made per sample on the generic path
 cdef class Sample:
     """One training sample: ``image`` float32 ``[C, H, W]``, ``target`` int32 ``[L]``, ``label`` int.
 
@@ -71,7 +78,7 @@ cdef class Sample:
         if not -INT32_LIMIT <= label < INT32_LIMIT:
             raise ValueError(f"Sample.label must lie in the int32 range, received {label}")
         self.image = image
-        self.target = as_target(target, "Sample.target")
+        self.target = target_array(target, "Sample.target")
         self.label = label
 
     def __repr__(self):

@@ -6,6 +6,7 @@ bulk draws (``size=``) that fill an array without the GIL.
 """
 import operator
 
+cimport cython
 cimport numpy as cnp
 import numpy as np
 
@@ -92,6 +93,7 @@ cdef Py_ssize_t _bulk_size(object size) except -1:
     return n
 
 
+@cython.freelist(16)   # one is made per sample on the generic path
 cdef class SampleRng:
     """SplitMix64 generator of §2, holding one 64-bit ``state``.
 

@@ -340,7 +340,7 @@ class BatchStream:
         loader = self.loader
         workers = loader.workers if threads_available() else 0
         self._workspace = _Workspace(loader.sampler.batch_size)
-        self._reserved = False
+        self._reserved = 0            # largest batch size (bytes) the pool holds a window of
         if workers == 0:
             return
         ring = _Ring(loader.prefetch, start, self.stop_step)
@@ -394,11 +394,12 @@ class BatchStream:
         slot.free.release()
         if error is not None:
             raise error
-        if not self._reserved:
-            # Now that the batch size is known, the pool holds the whole window at once
-            # (ring slots, one batch per worker, the consumer's): no miss in steady state.
+        if batch.nbytes > self._reserved:
+            # The pool holds the whole window (ring slots, one batch per worker, the
+            # consumer's) at the largest batch size seen; smaller batches borrow those
+            # blocks, so steady state never misses, whatever the widths.
             self.loader.collator.pool.reserve(batch.nbytes, len(ring.slots) + len(self._threads) + 1)
-            self._reserved = True
+            self._reserved = batch.nbytes
         return batch
 
     def _shutdown(self):

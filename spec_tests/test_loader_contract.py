@@ -1021,6 +1021,28 @@ def test_any_integer_seed_is_reduced_mod_2_64():
         assert np.array_equal(x.images, y.images)
 
 
+@given(widths=st.lists(st.integers(1, 400), min_size=8, max_size=24), batch=st.integers(1, 4),
+       workers=st.integers(0, 2), prefetch=st.integers(1, 3))
+@settings(max_examples=examples(0.3), deadline=None)
+def test_no_pool_miss_once_the_widest_batch_was_seen(widths, batch, workers, prefetch):
+    """§5 steady state when batch widths vary (hence batch sizes and pool size classes):
+    after the first epoch, which holds the batch padded to the widest image, the pool
+    never misses again, at any worker count or prefetch depth."""
+    images = [np.full((1, 3, w), w, np.float32) for w in widths]
+    ds = om.ArrayImageDataset(images, [[1, 2]] * len(widths), [0] * len(widths))
+    loader = om.DataLoader(ds, om.ShuffledSampler(len(widths), batch, seed=1), om.ImageBatchCollator(),
+                           seed=0, workers=workers, prefetch=prefetch)
+    pool = loader.collator.pool
+    epoch = loader.steps_per_epoch
+    with loader.iter(0, 3 * epoch) as stream:
+        for _ in range(epoch):
+            next(stream).close()
+        misses = pool.stats()["misses"]
+        for b in stream:
+            b.close()
+    assert pool.stats()["misses"] == misses
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_steady_state_allocates_little_on_the_consumer(workers):
     """§5 at the loader: after warm-up, taking the next batch allocates far less than a

@@ -497,6 +497,31 @@ def test_reserve_fills_the_window_ahead(om):
         pool.reserve(-1, 2)
 
 
+@given(widths=st.lists(st.integers(1, 300), min_size=2, max_size=12), live=st.integers(1, 5))
+@settings(max_examples=40, deadline=None)
+def test_smaller_batches_borrow_the_reserved_blocks(om, widths, live):
+    """§5 steady state with batches of varying width: once the pool holds ``live`` blocks
+    at the largest batch size, any ``live`` batches no larger than it rent no new memory,
+    never share memory, and each block goes back where it came from."""
+    collator = om.ImageBatchCollator()
+    samples = {w: _samples(om, 3, widths=[w] * 3, seed=w) for w in set(widths)}
+    widest = collator.collate(samples[max(widths)], [0, 1, 2], 0, 0, 0)
+    pool = collator.pool
+    pool.reserve(widest.nbytes, live)
+    widest.close()
+    held, misses = pool.stats()["bytes_held"], pool.stats()["misses"]
+    for start in range(0, len(widths), live):
+        batches = [collator.collate(samples[w], [0, 1, 2], 0, 0, k)
+                   for k, w in enumerate(widths[start:start + live])]
+        for x in range(len(batches)):
+            for y in range(x + 1, len(batches)):
+                assert not np.shares_memory(batches[x].images, batches[y].images)
+        for b in batches:
+            b.close()
+    assert pool.stats()["misses"] == misses
+    assert pool.stats()["bytes_held"] == held
+
+
 def test_block_in_a_reference_cycle_returns_cleanly(om):
     """§5: a block caught in a reference cycle is freed by the garbage collector and goes
     back to the pool, without crashing."""
