@@ -108,3 +108,19 @@ class ImageBatchCollator:
         start: SupportsIndex = 0,
         stop: SupportsIndex | None = None,
     ) -> ImageBatch: ...
+    # The generic path: slots [start, stop) of indices read with dataset.get_sample (any
+    # object with get_sample(index) -> Sample), each through
+    # transform(sample, SampleRng(derive(seed, epoch, step, slot, 0))) when given.
+    def collate_dataset(
+        self,
+        dataset: Any,
+        indices: npt.NDArray[np.int64],
+        seed: SupportsIndex,
+        epoch: SupportsIndex,
+        step: SupportsIndex,
+        *,
+        start: SupportsIndex = 0,
+        stop: SupportsIndex | None = None,
+        transform: Callable[[Sample, SampleRng], Sample] | None = None,
+        global_step: int | None = None,
+    ) -> ImageBatch: ...

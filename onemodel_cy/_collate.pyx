@@ -16,7 +16,7 @@ from libc.stdlib cimport realloc, free
 
 from onemodel_cy._typedefs cimport u64, i64, i32
 from onemodel_cy._rng cimport (as_index, as_u64, derive_seed, draw_single, draw_normal,
-                               STREAM_AUGMENTATION)
+                               STREAM_TRANSFORM, STREAM_AUGMENTATION)
 from onemodel_cy._rng cimport SampleRng
 from onemodel_cy._bufferpool cimport BufferPool, Block, POOL_ALIGN
 from onemodel_cy._datasets cimport Sample, ArrayImageDataset
@@ -368,6 +368,44 @@ cdef void copy_padded(const float* src, float* dst, Py_ssize_t rows, Py_ssize_t 
         store_row(src + r * width, dst + r * padded_width, width, padded_width, False, 0, 0, pad)
 
 
+cdef fill_job(_Workspace ws, SlotJob* jobs, Py_ssize_t j, item, i64 index, Py_ssize_t first_slot,
+              Py_ssize_t* shape):
+    """Check ``item`` for slot ``first_slot + j`` and point ``jobs[j]`` at its arrays
+    (held by the caller until the batch is built). ``shape`` holds C and H of slot 0."""
+    cdef Py_ssize_t slot = first_slot + j
+    if not isinstance(item, Sample):
+        raise TypeError(f"slot {slot} (dataset index {index}): expected a Sample, received {type(item).__name__}")
+    cdef Sample sample = <Sample>item
+    if not isinstance(sample.image, np.ndarray):
+        raise TypeError(f"slot {slot} (dataset index {index}): the Sample was never initialised "
+                        f"(build it as Sample(image, target, label))")
+    cdef cnp.ndarray image = sample.image
+    if cnp.PyArray_TYPE(image) != cnp.NPY_FLOAT32 or cnp.PyArray_NDIM(image) != 3:
+        raise TypeError(f"slot {slot} (dataset index {index}): image must be float32 [C, H, W], "
+                        f"received {_describe(image)}")
+    if not cnp.PyArray_IS_C_CONTIGUOUS(image):
+        image = np.ascontiguousarray(image)
+        ws.keep.append(image)
+    cdef Py_ssize_t c = image.shape[0], h = image.shape[1]
+    if j == 0:
+        shape[0] = c
+        shape[1] = h
+    elif c != shape[0] or h != shape[1]:
+        raise ValueError(f"slot {slot} (dataset index {index}): every sample of a batch must share C and H; "
+                         f"slot {first_slot} has C={shape[0]}, H={shape[1]}, received C={c}, H={h}")
+    cdef cnp.ndarray target = sample.target
+    if (cnp.PyArray_TYPE(target) != cnp.NPY_INT32 or cnp.PyArray_NDIM(target) != 1
+            or not cnp.PyArray_IS_C_CONTIGUOUS(target)):
+        raise TypeError(f"slot {slot} (dataset index {index}): the Sample's target was changed in place "
+                        f"to {_describe(target)}; it must stay a 1-D int32 array")
+    jobs[j].pixels = <const float*>cnp.PyArray_DATA(image)
+    jobs[j].width = image.shape[2]
+    jobs[j].target = <const i32*>cnp.PyArray_DATA(target)
+    jobs[j].target_length = target.shape[0]
+    jobs[j].label = <i32>sample.label
+    jobs[j].index = index
+
+
 cdef class ImageBatchCollator:
     """Builds §4 batches: images ``[B, C, H, Wp]`` left-aligned and padded, plus the int32 columns.
 
@@ -438,52 +476,79 @@ cdef class ImageBatchCollator:
                              f"received {len(indices)} indices")
         if n == 0:
             raise ValueError("cannot collate an empty batch (0 samples)")
+        cdef Py_ssize_t first = as_index(first_slot, "first_slot")
         cdef _Workspace ws = self.acquire_workspace()
         cdef SlotJob* jobs
-        cdef Py_ssize_t channels = 0, height = 0, c, h
-        cdef Sample sample
-        cdef cnp.ndarray image, target
+        cdef Py_ssize_t shape[2]
         try:
             jobs = ws.reserve(n)
             for j in range(n):
                 index = as_index(indices[j], "every entry of indices")
                 if not 0 <= index < INT32_LIMIT:
-                    raise ValueError(f"slot {first_slot + j}: dataset index must lie in [0, 2**31) "
+                    raise ValueError(f"slot {first + j}: dataset index must lie in [0, 2**31) "
                                      f"(int32 Indices), received {index}")
-                item = samples[j]
+                fill_job(ws, jobs, j, samples[j], index, first, shape)
+            return self.assemble(ws, n, shape[0], shape[1], seed, epoch, step, first)
+        finally:
+            ws.keep.clear()
+            ws.busy = False
+
+    def collate_dataset(self, dataset, cnp.ndarray indices not None, seed, epoch, step, *, start=0,
+                        stop=None, transform=None, global_step=None):
+        """Generic path: build slots ``[start, stop)`` of the global batch ``indices`` from
+        ``dataset.get_sample(i)``, in one loop in C.
+
+        Each sample passes through ``transform(sample, rng)`` when one is given, with
+        ``rng = SampleRng(derive(seed, epoch, step, slot, 0))`` (D12). An exception from
+        either gets a note naming the step, slot and dataset index (``global_step`` too,
+        when given) and propagates unchanged.
+        """
+        if indices.dtype != np.int64 or indices.ndim != 1 or not indices.flags.c_contiguous:
+            raise TypeError(f"indices must be a C-contiguous 1-D int64 array, received {_describe(indices)}")
+        cdef Py_ssize_t lo = as_index(start, "start")
+        cdef Py_ssize_t hi = indices.shape[0] if stop is None else as_index(stop, "stop")
+        if not 0 <= lo < hi <= indices.shape[0]:
+            raise ValueError(f"need 0 <= start < stop <= len(indices) = {indices.shape[0]}, "
+                             f"received start={lo}, stop={hi}")
+        if transform is not None and not callable(transform):
+            raise TypeError(f"transform must be callable as transform(sample, rng) or None, "
+                            f"received {type(transform).__name__}")
+        get_sample = dataset.get_sample
+        cdef u64 seed64 = as_u64(seed, "seed"), epoch64 = as_u64(epoch, "epoch"), step64 = as_u64(step, "step")
+        cdef const i64* idx = <const i64*>cnp.PyArray_DATA(indices)
+        cdef Py_ssize_t n = hi - lo, j, slot
+        cdef i64 index
+        cdef SampleRng rng
+        cdef _Workspace ws = self.acquire_workspace()
+        cdef SlotJob* jobs
+        cdef Py_ssize_t shape[2]
+        where = f"global step {global_step} (epoch {epoch}, step {step})" if global_step is not None \
+            else f"epoch {epoch}, step {step}"
+        try:
+            jobs = ws.reserve(n)
+            for j in range(n):
+                slot = lo + j
+                index = idx[slot]
+                if not 0 <= index < INT32_LIMIT:
+                    raise ValueError(f"slot {slot}: dataset index must lie in [0, 2**31) "
+                                     f"(int32 Indices), received {index}")
+                try:
+                    item = get_sample(index)
+                    if transform is not None:
+                        rng = SampleRng.__new__(SampleRng)
+                        rng._state = derive_seed(seed64, epoch64, step64, <u64>slot, STREAM_TRANSFORM)
+                        item = transform(item, rng)
+                except BaseException as error:
+                    if isinstance(error, Exception):
+                        error.add_note(f"onemodel_cy: while building {where}, slot {slot}, dataset index {index}")
+                    raise
                 if not isinstance(item, Sample):
-                    raise TypeError(f"slot {first_slot + j} (dataset index {index}): expected a Sample, "
-                                    f"received {type(item).__name__}")
-                sample = <Sample>item
-                if not isinstance(sample.image, np.ndarray):
-                    raise TypeError(f"slot {first_slot + j} (dataset index {index}): the Sample was never "
-                                    f"initialised (build it as Sample(image, target, label))")
-                image = sample.image
-                if cnp.PyArray_TYPE(image) != cnp.NPY_FLOAT32 or cnp.PyArray_NDIM(image) != 3:
-                    raise TypeError(f"slot {first_slot + j} (dataset index {index}): image must be float32 "
-                                    f"[C, H, W], received {_describe(image)}")
-                if not cnp.PyArray_IS_C_CONTIGUOUS(image):
-                    image = np.ascontiguousarray(image)
-                    ws.keep.append(image)
-                c, h = image.shape[0], image.shape[1]
-                if j == 0:
-                    channels, height = c, h
-                elif c != channels or h != height:
-                    raise ValueError(f"slot {first_slot + j} (dataset index {index}): every sample of a batch "
-                                     f"must share C and H; slot {first_slot} has C={channels}, H={height}, "
-                                     f"received C={c}, H={h}")
-                target = sample.target
-                if (cnp.PyArray_TYPE(target) != cnp.NPY_INT32 or cnp.PyArray_NDIM(target) != 1
-                        or not cnp.PyArray_IS_C_CONTIGUOUS(target)):
-                    raise TypeError(f"slot {first_slot + j} (dataset index {index}): the Sample's target was "
-                                    f"changed in place to {_describe(target)}; it must stay a 1-D int32 array")
-                jobs[j].pixels = <const float*>cnp.PyArray_DATA(image)
-                jobs[j].width = image.shape[2]
-                jobs[j].target = <const i32*>cnp.PyArray_DATA(target)
-                jobs[j].target_length = target.shape[0]
-                jobs[j].label = <i32>sample.label
-                jobs[j].index = index
-            return self.assemble(ws, n, channels, height, seed, epoch, step, first_slot)
+                    source = "the transform" if transform is not None else "dataset.get_sample"
+                    raise TypeError(f"{where}, slot {slot}, dataset index {index}: {source} returned "
+                                    f"{type(item).__name__}; a Sample(image, target, label) is required")
+                ws.keep.append(item)
+                fill_job(ws, jobs, j, item, index, lo, shape)
+            return self.assemble(ws, n, shape[0], shape[1], seed, epoch, step, lo)
         finally:
             ws.keep.clear()
             ws.busy = False

@@ -28,8 +28,7 @@ import weakref
 import numpy as np
 
 from onemodel_cy._collate import ImageBatch, ImageBatchCollator
-from onemodel_cy._datasets import ArrayImageDataset, Sample
-from onemodel_cy._rng import STREAMS, SampleRng, derive
+from onemodel_cy._datasets import ArrayImageDataset
 from onemodel_cy._samplers import Sampler
 
 __all__ = ["DataLoader", "BatchStream", "threads_available"]
@@ -37,7 +36,6 @@ __all__ = ["DataLoader", "BatchStream", "threads_available"]
 _POLL = 0.05            # seconds between checks of a closed stream while waiting
 _JOIN_TIMEOUT = 10.0    # seconds, in all, to wait for workers finishing the batches they build
 _MASK64 = (1 << 64) - 1
-_STREAM_TRANSFORM = STREAMS["STREAM_TRANSFORM"]
 
 
 def threads_available() -> bool:
@@ -68,12 +66,12 @@ def _stable_name(obj) -> str:
 
 
 class _Workspace:
-    """What one building thread reuses from batch to batch (§5)."""
-    __slots__ = ("indices", "samples")
+    """What one building thread reuses from batch to batch (§5): the batch's index array.
+    (The samples of a batch are held by the collator's per-thread workspace.)"""
+    __slots__ = ("indices",)
 
     def __init__(self, batch_size):
         self.indices = np.empty(batch_size, dtype=np.int64)
-        self.samples = []
 
 
 class DataLoader:
@@ -172,35 +170,10 @@ class DataLoader:
             batch = self.collator.collate_from(self.dataset, workspace.indices, self.seed, epoch, step,
                                                start=lo, stop=hi)
         else:
-            batch = self._collate_samples(g, epoch, step, lo, hi, workspace)
+            batch = self.collator.collate_dataset(self.dataset, workspace.indices, self.seed, epoch, step,
+                                                  start=lo, stop=hi, transform=self.transform, global_step=g)
         batch.global_step = g
         return batch
-
-    def _collate_samples(self, g, epoch, step, lo, hi, workspace):
-        samples = workspace.samples
-        indices = workspace.indices
-        get_sample, transform = self.dataset.get_sample, self.transform
-        chosen = indices[lo:hi].tolist()
-        try:
-            for slot, index in enumerate(chosen, lo):
-                try:
-                    sample = get_sample(index)
-                    if transform is not None:
-                        rng = SampleRng(derive(self.seed, epoch, step, slot, _STREAM_TRANSFORM))
-                        sample = transform(sample, rng)
-                except BaseException as error:
-                    if isinstance(error, Exception):
-                        error.add_note(f"onemodel_cy: while building global step {g} (epoch {epoch}, "
-                                       f"step {step}), slot {slot}, dataset index {index}")
-                    raise
-                if not isinstance(sample, Sample):
-                    source = "the transform" if transform is not None else "dataset.get_sample"
-                    raise TypeError(f"global step {g}, slot {slot}, dataset index {index}: {source} returned "
-                                    f"{type(sample).__name__}; a Sample(image, target, label) is required")
-                samples.append(sample)
-            return self.collator.collate(samples, chosen, self.seed, epoch, step, first_slot=lo)
-        finally:
-            samples.clear()
 
     # -- streams -------------------------------------------------------------------------
 
