@@ -24,6 +24,10 @@ from onemodel_cy._datasets cimport Sample, ArrayImageDataset
 cnp.import_array()
 
 cdef object INT32_LIMIT = 1 << 31
+# How long a thread waits for the Python-stage baton before going ahead without it: longer
+# than the Python stage of a typical batch (0.1-0.6 ms for the §7 workload; a 0.1 ms wait
+# gave up too early and lost the gain, 0.3-3 ms measured alike).
+cdef long long BATON_WAIT_NS = 1000000
 
 cdef extern from "Python.h":
     # Py_REFCNT on a borrowed pointer: no temporary reference to count, and valid on
@@ -55,7 +59,66 @@ cdef extern from *:
         }
         for (x = width; x < padded; x++) dst[x] = pad;
     }
+
+    /* The Python-stage baton of a collator. Under the GIL, two workers that both run
+       Python hand the GIL back and forth at every numpy call, and each hand-over wakes a
+       sleeping thread (tens of microseconds on a virtual machine). A worker about to run
+       the Python part of a batch (get_sample, a Python augmentation) first takes the
+       baton, waiting for it by spinning without the GIL; the worker that leaves its
+       Python part for a copy passes it on. So one worker runs Python while the others
+       copy, and the GIL changes hands about once per phase. The baton is a hint: a
+       waiter that does not get it within max_ns goes ahead (a dataset blocked in I/O
+       holds it; the others must still make progress), and it does nothing where the GIL
+       is disabled. */
+    #include <time.h>
+    #include <sched.h>
+    #if defined(__GNUC__) && !defined(Py_GIL_DISABLED)
+    static inline int om_baton_try(int* baton) {
+        return __atomic_exchange_n(baton, 1, __ATOMIC_ACQUIRE) == 0;
+    }
+    static inline int om_baton_held(int* baton) { return __atomic_load_n(baton, __ATOMIC_RELAXED); }
+    static inline void om_baton_release(int* baton) { __atomic_store_n(baton, 0, __ATOMIC_RELEASE); }
+    #define OM_BATON 1
+    #else
+    static inline int om_baton_try(int* baton) { (void)baton; return 0; }
+    static inline void om_baton_release(int* baton) { (void)baton; }
+    #define OM_BATON 0
+    #endif
+
+    static inline void om_pause(void) {
+    #if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+    #elif defined(__aarch64__)
+        __asm__ __volatile__("yield");
+    #endif
+    }
+
+    /* 1 once the baton is taken, 0 when max_ns ran out first. Spins, yielding the CPU
+       every few microseconds to any other runnable thread. */
+    static int om_baton_take(int* baton, long long max_ns) {
+    #if OM_BATON
+        struct timespec start, now;
+        int k;
+        if (om_baton_try(baton)) return 1;
+        clock_gettime(CLOCK_MONOTONIC, &start);
+        for (;;) {
+            for (k = 0; k < 256; k++) {
+                if (!om_baton_held(baton) && om_baton_try(baton)) return 1;
+                om_pause();
+            }
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            if ((now.tv_sec - start.tv_sec) * 1000000000LL + (now.tv_nsec - start.tv_nsec) > max_ns) return 0;
+            sched_yield();
+        }
+    #else
+        (void)baton; (void)max_ns;
+        return 0;
+    #endif
+    }
     """
+    bint baton_try "om_baton_try"(int* baton) noexcept nogil
+    void baton_release "om_baton_release"(int* baton) noexcept nogil
+    bint baton_take "om_baton_take"(int* baton, long long max_ns) noexcept nogil
     void store_row "om_store_row"(const float* src, float* dst, Py_ssize_t width, Py_ssize_t padded,
                                   bint scale, float g, float o, float pad) noexcept nogil
 
@@ -428,6 +491,7 @@ cdef class ImageBatchCollator:
     cdef readonly BufferPool pool
     cdef Augmentation _builtin
     cdef object _local
+    cdef readonly int _baton            # 1 while a thread runs the Python stage of a batch
 
     def __init__(self, width_multiple=1, pad_value=0.0, augmentation=None, pool=None):
         m = as_index(width_multiple, "width_multiple")
@@ -480,6 +544,7 @@ cdef class ImageBatchCollator:
         cdef _Workspace ws = self.acquire_workspace()
         cdef SlotJob* jobs
         cdef Py_ssize_t shape[2]
+        cdef bint baton = False
         try:
             jobs = ws.reserve(n)
             for j in range(n):
@@ -488,8 +553,10 @@ cdef class ImageBatchCollator:
                     raise ValueError(f"slot {first + j}: dataset index must lie in [0, 2**31) "
                                      f"(int32 Indices), received {index}")
                 fill_job(ws, jobs, j, samples[j], index, first, shape)
-            return self.assemble(ws, n, shape[0], shape[1], seed, epoch, step, first)
+            return self.assemble(ws, n, shape[0], shape[1], seed, epoch, step, first, &baton)
         finally:
+            if baton:
+                baton_release(&self._baton)
             ws.keep.clear()
             ws.busy = False
 
@@ -524,7 +591,11 @@ cdef class ImageBatchCollator:
         cdef Py_ssize_t shape[2]
         where = f"global step {global_step} (epoch {epoch}, step {step})" if global_step is not None \
             else f"epoch {epoch}, step {step}"
+        cdef bint baton = baton_try(&self._baton)
         try:
+            if not baton:
+                with nogil:
+                    baton = baton_take(&self._baton, BATON_WAIT_NS)
             jobs = ws.reserve(n)
             for j in range(n):
                 slot = lo + j
@@ -548,8 +619,10 @@ cdef class ImageBatchCollator:
                                     f"{type(item).__name__}; a Sample(image, target, label) is required")
                 ws.keep.append(item)
                 fill_job(ws, jobs, j, item, index, lo, shape)
-            return self.assemble(ws, n, shape[0], shape[1], seed, epoch, step, lo)
+            return self.assemble(ws, n, shape[0], shape[1], seed, epoch, step, lo, &baton)
         finally:
+            if baton:
+                baton_release(&self._baton)
             ws.keep.clear()
             ws.busy = False
 
@@ -583,6 +656,7 @@ cdef class ImageBatchCollator:
         if count >= INT32_LIMIT:
             raise ValueError(f"dataset indices must fit int32 (§4 Indices), the dataset has {count} samples")
         cdef _Workspace ws = self.acquire_workspace()
+        cdef bint baton = False
         try:
             jobs = ws.reserve(n)
             with nogil:
@@ -609,12 +683,15 @@ cdef class ImageBatchCollator:
                     f"slot {lo + bad} (dataset index {idx[bad]}): every sample of a batch must share C and H; "
                     f"slot {lo} has C={shapes[3 * idx[0]]}, H={shapes[3 * idx[0] + 1]}, received "
                     f"C={shapes[3 * idx[bad]]}, H={shapes[3 * idx[bad] + 1]}")
-            return self.assemble(ws, n, shapes[3 * idx[0]], shapes[3 * idx[0] + 1], seed, epoch, step, lo)
+            return self.assemble(ws, n, shapes[3 * idx[0]], shapes[3 * idx[0] + 1], seed, epoch, step, lo,
+                                 &baton)
         finally:
+            if baton:
+                baton_release(&self._baton)
             ws.busy = False
 
     cdef ImageBatch assemble(self, _Workspace ws, Py_ssize_t n, Py_ssize_t channels, Py_ssize_t height,
-                             seed, epoch, step, Py_ssize_t first_slot):
+                             seed, epoch, step, Py_ssize_t first_slot, bint* baton):
         cdef u64 seed64 = as_u64(seed, "seed"), epoch64 = as_u64(epoch, "epoch"), step64 = as_u64(step, "step")
         cdef SlotJob* jobs = ws.jobs
         cdef Py_ssize_t j, widest = 0, total_width = 0, total_targets = 0
@@ -640,7 +717,15 @@ cdef class ImageBatchCollator:
         cdef Augmentation builtin = self._builtin
         cdef bint python_aug = self.augmentation is not None and builtin is None
         cdef u64 state
+        # A Python augmentation runs in three phases: every slot copied to its own stretch
+        # of the staging scratch, then augmented there (the only part holding the GIL),
+        # then padded into the batch. Another worker's copies thus overlap this one's
+        # Python, and the Python-stage baton passes at the phase changes.
+        cdef float* staged = ws.stage(rows * total_width) if python_aug else NULL
         with nogil:
+            if baton[0]:
+                baton_release(&self._baton)
+                baton[0] = False
             for j in range(n):
                 widths[j] = <i32>jobs[j].width
                 target_lengths[j] = <i32>jobs[j].target_length
@@ -649,28 +734,24 @@ cdef class ImageBatchCollator:
                 memcpy(targets + t, jobs[j].target, jobs[j].target_length * sizeof(i32))
                 t += jobs[j].target_length
                 if python_aug:
-                    continue
-                if builtin is None:
+                    store_row(jobs[j].pixels, staged, rows * jobs[j].width, rows * jobs[j].width, False, 0, 0, 0)
+                    jobs[j].pixels = staged
+                    staged += rows * jobs[j].width
+                elif builtin is None:
                     copy_padded(jobs[j].pixels, images + j * slot_floats, rows, jobs[j].width, padded, pad)
                 else:
                     state = derive_seed(seed64, epoch64, step64, <u64>(first_slot + j), STREAM_AUGMENTATION)
                     builtin.copy_apply(jobs[j].pixels, jobs[j].width, images + j * slot_floats, padded,
                                        rows, jobs[j].width, padded, pad, &state)
-        cdef float* staged
+            if python_aug:
+                baton[0] = baton_take(&self._baton, BATON_WAIT_NS)
         if python_aug:
-            # Three phases, so that only the augmentation calls hold the GIL: another
-            # worker's copies overlap them instead of trading the GIL back and forth per
-            # sample. Each slot gets its own stretch of the scratch; the slot table then
-            # points there.
-            staged = ws.stage(rows * total_width)
-            with nogil:
-                for j in range(n):
-                    store_row(jobs[j].pixels, staged, rows * jobs[j].width, rows * jobs[j].width, False, 0, 0, 0)
-                    jobs[j].pixels = staged
-                    staged += rows * jobs[j].width
             for j in range(n):
                 self.augment_in_python(ws, &jobs[j], channels, height, seed64, epoch64, step64, first_slot + j)
             with nogil:
+                if baton[0]:
+                    baton_release(&self._baton)
+                    baton[0] = False
                 for j in range(n):
                     copy_padded(jobs[j].pixels, images + j * slot_floats, rows, jobs[j].width, padded, pad)
         cdef cnp.npy_intp dims[4]

@@ -210,11 +210,24 @@ def test_collate_from_equals_collate_of_the_same_samples(om, d, kind, m, pad, se
     chosen = indices[start:hi]
     listed = col.collate([ds.get_sample(i) for i in chosen], chosen, seed, epoch, step,
                          first_slot=start)
+    generic = col.collate_dataset(_PlainDataset(ds), idx, seed, epoch, step, start=start, stop=stop)
     want = R.collate([(images[i], targets[i], labels[i]) for i in chosen], chosen, seed, epoch,
                      step, width_multiple=m, pad_value=pad, augmentation=theirs, slot_offset=start)
     assert_same_batch(got, want)
     assert_same_batch(listed, want)
-    assert (got.epoch, got.step) == (epoch, step)
+    assert_same_batch(generic, want)
+    assert (got.epoch, got.step) == (epoch, step) == (generic.epoch, generic.step)
+
+
+class _PlainDataset:
+    """A user's dataset: get_sample hands out fresh Samples built from plain arrays."""
+
+    def __init__(self, source):
+        self.source = source
+
+    def get_sample(self, index):
+        s = self.source.get_sample(index)
+        return s.__class__(np.array(s.image), s.target.tolist(), s.label)
 
 
 # --------------------------------------------------------------------------- layout
@@ -658,6 +671,69 @@ def test_collate_from_refuses_bad_index_arrays_and_ranges(om):
             col.collate_from(ds, idx, 0, 0, 0, start=start, stop=stop)
     with pytest.raises(ValueError):
         col.collate_from(ds, np.zeros(0, np.int64), 0, 0, 0)
+
+
+def test_collate_dataset_refuses_bad_input_naming_it(om):
+    """The generic path takes the same index arrays and ranges as the dataset path, a
+    callable transform, and int32 dataset indices; what get_sample or the transform hands
+    back must be a Sample, and the error names the step, the slot and the index."""
+    ds = _PlainDataset(om.ArrayImageDataset([np.ones((1, 2, 3), np.float32)] * 3, [[1]] * 3, [0] * 3))
+    col = om.ImageBatchCollator()
+    with pytest.raises(TypeError, match="int32"):
+        col.collate_dataset(ds, np.array([0, 1], np.int32), 0, 0, 0)
+    idx = np.array([0, 1, 2], np.int64)
+    for start, stop in [(0, 0), (2, 1), (-1, 2), (0, 4), (3, None)]:
+        with pytest.raises(ValueError):
+            col.collate_dataset(ds, idx, 0, 0, 0, start=start, stop=stop)
+    with pytest.raises(TypeError, match="transform.*int"):
+        col.collate_dataset(ds, idx, 0, 0, 0, transform=3)
+    for bad in (-1, 1 << 31):
+        with pytest.raises(ValueError) as e:
+            col.collate_dataset(ds, np.array([0, bad], np.int64), 0, 0, 0)
+        _names_slot(e, 1)
+    with pytest.raises(TypeError, match=r"global step 7 \(epoch 1, step 2\), slot 1, dataset index 1: "
+                                        r"the transform returned str"):
+        col.collate_dataset(ds, idx, 0, 1, 2, start=1, global_step=7,
+                            transform=lambda s, rng: "text")
+
+
+def test_the_python_stage_baton_is_released_whatever_happens(om):
+    """The collator's Python-stage baton (a hint that lets one worker run Python while the
+    others copy) is free again after every collation, finished or failed, so no later
+    collation waits for it."""
+    base = om.ArrayImageDataset([np.ones((1, 2, 3), np.float32)] * 4, [[1]] * 4, [0] * 4)
+    idx = np.arange(4, dtype=np.int64)
+
+    class Broken(_PlainDataset):
+        def get_sample(self, index):
+            if index == 2:
+                raise KeyError(index)
+            return super().get_sample(index)
+
+    def raising_aug(image, rng):
+        raise ArithmeticError("augmentation")
+
+    attempts = [
+        (om.ImageBatchCollator(augmentation=_returns_same), _PlainDataset(base), None, None),
+        (om.ImageBatchCollator(augmentation=raising_aug), _PlainDataset(base), None, ArithmeticError),
+        (om.ImageBatchCollator(), Broken(base), None, KeyError),
+        (om.ImageBatchCollator(), _PlainDataset(base), lambda s, rng: None, TypeError),
+        (om.ImageBatchCollator(augmentation=om.GainOffset()), _PlainDataset(base), None, None),
+    ]
+    for col, ds, transform, error in attempts:
+        if error is None:
+            col.collate_dataset(ds, idx, 0, 0, 0, transform=transform).close()
+        else:
+            with pytest.raises(error):
+                col.collate_dataset(ds, idx, 0, 0, 0, transform=transform)
+        assert col._baton == 0
+    failing = om.ImageBatchCollator(augmentation=raising_aug)
+    with pytest.raises(ArithmeticError):
+        failing.collate_from(base, idx, 0, 0, 0)
+    assert failing._baton == 0
+    with pytest.raises(ArithmeticError):
+        failing.collate([base.get_sample(0)], [0], 0, 0, 0)
+    assert failing._baton == 0
 
 
 def test_collate_refuses_mismatched_or_empty_input(om):

@@ -1021,6 +1021,34 @@ def test_any_integer_seed_is_reduced_mod_2_64():
         assert np.array_equal(x.images, y.images)
 
 
+@pytest.mark.parametrize("augmentation", [None, "python"])
+def test_workers_can_all_be_inside_get_sample_at_once(augmentation):
+    """The Python-stage baton only orders the workers' Python work; it never makes one
+    worker wait for another's get_sample (a dataset blocked in I/O must not stall the
+    rest). Here every get_sample of the first steps waits until both workers are inside
+    get_sample together: that succeeds only if neither is held back."""
+    meeting = threading.Barrier(2, timeout=20)
+    lock = threading.Lock()
+    calls = []
+
+    class Rendezvous(PyDataset):
+        def get_sample(self, index):
+            with lock:
+                calls.append(index)
+                waits = len(calls) <= 4        # the first four calls meet in two pairs
+            if waits:
+                meeting.wait()
+            return self.inner.get_sample(index)
+
+    aug = (lambda image, rng: None) if augmentation else None
+    ds = om.SyntheticLineImages(32, 4, 2, 6, seed=3)
+    loader = om.DataLoader(Rendezvous(ds), om.SequentialSampler(32, 1), om.ImageBatchCollator(augmentation=aug),
+                           seed=0, workers=2, prefetch=4)
+    with loader.iter(0, 8) as stream:
+        got = [b.indices.tolist() for b in stream]
+    assert got == [[k] for k in range(8)]
+
+
 @given(widths=st.lists(st.integers(1, 400), min_size=8, max_size=24), batch=st.integers(1, 4),
        workers=st.integers(0, 2), prefetch=st.integers(1, 3))
 @settings(max_examples=examples(0.3), deadline=None)
