@@ -4,6 +4,11 @@ The copy, the padding and the built-in augmentations run without the GIL. A Pyth
 augmentation gets a reused contiguous scratch copy of each image (D17); a built-in one
 is applied to the image in place in the batch, which performs the same float32
 operations in the same order, hence the same bits.
+
+With several worker threads, only the Python parts of a batch (``get_sample``, the
+transform, a Python augmentation) need the GIL. They run as whole phases between copies
+that do not, and a per-collator baton lets one thread run its Python phase while the
+others copy (see ``om_baton_take``), instead of trading the GIL at every numpy call.
 """
 import threading
 
@@ -484,6 +489,12 @@ cdef class ImageBatchCollator:
         (:class:`GainOffset`, :class:`GaussianNoise`) run without the GIL.
     pool : BufferPool, optional
         Where batch memory comes from; a private pool by default.
+
+    Notes
+    -----
+    Thread-safe: each thread collates in its own workspace. Threads that share a collator
+    take turns for their Python phases (the baton); a thread never waits more than 1 ms
+    for its turn, so a ``get_sample`` blocked in I/O does not hold the others back.
     """
     cdef readonly Py_ssize_t width_multiple
     cdef readonly float pad_value

@@ -233,8 +233,11 @@ class _Ring:
     """State shared by a stream's workers. Workers never refer to the stream itself,
     so a dropped stream is collected and its ``__del__`` shuts them down."""
 
-    def __init__(self, prefetch, start, stop):
+    def __init__(self, prefetch, start, stop, pool, workers):
         self.slots = [_Slot() for _ in range(prefetch)]
+        self.pool = pool
+        self.window = prefetch + workers + 1   # batches alive at once: slots, one per worker, the consumer's
+        self.reserved = 0                      # largest batch size (bytes) the pool holds a window of
         self.claim_lock = threading.Lock()
         self.next_claim = start
         self.limit = stop              # claim nothing at or beyond (None: endless)
@@ -278,6 +281,12 @@ def _work(ring, build, workspace):
             ring.claim_lock.release()
         try:
             batch, error = build(g, workspace), None
+            if batch.nbytes > ring.reserved:
+                # The pool holds the whole window at the largest batch size seen; smaller
+                # batches borrow those blocks, so steady state never misses, whatever the
+                # widths. (Here rather than on the consumer, which then allocates nothing.)
+                ring.reserved = batch.nbytes
+                ring.pool.reserve(batch.nbytes, ring.window)
         except BaseException as exc:  # delivered to the consumer at step g
             batch, error = None, exc
             # Claim nothing more. Not under claim_lock: its holder may be waiting for a
@@ -313,10 +322,9 @@ class BatchStream:
         loader = self.loader
         workers = loader.workers if threads_available() else 0
         self._workspace = _Workspace(loader.sampler.batch_size)
-        self._reserved = 0            # largest batch size (bytes) the pool holds a window of
         if workers == 0:
             return
-        ring = _Ring(loader.prefetch, start, self.stop_step)
+        ring = _Ring(loader.prefetch, start, self.stop_step, loader.collator.pool, workers)
         _live_rings.add(ring)
         self._ring = ring
         for k in range(workers):
@@ -367,12 +375,6 @@ class BatchStream:
         slot.free.release()
         if error is not None:
             raise error
-        if batch.nbytes > self._reserved:
-            # The pool holds the whole window (ring slots, one batch per worker, the
-            # consumer's) at the largest batch size seen; smaller batches borrow those
-            # blocks, so steady state never misses, whatever the widths.
-            self.loader.collator.pool.reserve(batch.nbytes, len(ring.slots) + len(self._threads) + 1)
-            self._reserved = batch.nbytes
         return batch
 
     def _shutdown(self):
