@@ -29,6 +29,7 @@ from onemodel_cy._datasets cimport Sample, ArrayImageDataset
 cnp.import_array()
 
 cdef object INT32_LIMIT = 1 << 31
+cdef i64 INT32_END = 1 << 31          # the same bound for C integers (no Python int per test)
 # How long a thread waits for the Python-stage baton before going ahead without it: longer
 # than the Python stage of a typical batch (0.1-0.6 ms for the §7 workload; a 0.1 ms wait
 # gave up too early and lost the gain, 0.3-3 ms measured alike).
@@ -377,12 +378,14 @@ cdef class _Workspace:
     cdef Py_ssize_t capacity
     cdef Block scratch                 # staging of a batch's images, reused while nobody else holds it
     cdef BufferPool scratch_pool
-    cdef list keep                     # objects whose memory the slot table points into
+    cdef list held                     # slot j's sample, while the slot table points into it
+    cdef list keep                     # contiguous copies the slot table points into
     cdef bint busy                     # in use by a collation on this thread
 
     def __cinit__(self):
         self.jobs = NULL
         self.capacity = 0
+        self.held = []
         self.keep = []
         self.scratch_pool = BufferPool()
 
@@ -396,8 +399,18 @@ cdef class _Workspace:
             if grown == NULL:
                 raise MemoryError("cannot grow the collation slot table")
             self.jobs = grown
+            self.held.extend([None] * (n - self.capacity))
             self.capacity = n
         return self.jobs
+
+    cdef void let_go(self, Py_ssize_t n):
+        """Drop what the last batch held (its first n slots), keeping the lists' capacity:
+        a warm collation allocates nothing for them."""
+        cdef Py_ssize_t j
+        for j in range(min(n, self.capacity)):
+            self.held[j] = None
+        if self.keep:
+            self.keep.clear()
 
     cdef float* stage(self, Py_ssize_t floats) except NULL:
         """The batch's augmentation scratch: room for every slot's image side by side.
@@ -434,6 +447,12 @@ cdef void copy_padded(const float* src, float* dst, Py_ssize_t rows, Py_ssize_t 
     cdef Py_ssize_t r
     for r in range(rows):
         store_row(src + r * width, dst + r * padded_width, width, padded_width, False, 0, 0, pad)
+
+
+cdef str _step_name(global_step, epoch, step):
+    if global_step is None:
+        return f"epoch {epoch}, step {step}"
+    return f"global step {global_step} (epoch {epoch}, step {step})"
 
 
 cdef fill_job(_Workspace ws, SlotJob* jobs, Py_ssize_t j, item, i64 index, Py_ssize_t first_slot,
@@ -568,7 +587,7 @@ cdef class ImageBatchCollator:
         finally:
             if baton:
                 baton_release(&self._baton)
-            ws.keep.clear()
+            ws.let_go(0)
             ws.busy = False
 
     def collate_dataset(self, dataset, cnp.ndarray indices not None, seed, epoch, step, *, start=0,
@@ -600,8 +619,6 @@ cdef class ImageBatchCollator:
         cdef _Workspace ws = self.acquire_workspace()
         cdef SlotJob* jobs
         cdef Py_ssize_t shape[2]
-        where = f"global step {global_step} (epoch {epoch}, step {step})" if global_step is not None \
-            else f"epoch {epoch}, step {step}"
         cdef bint baton = baton_try(&self._baton)
         try:
             if not baton:
@@ -611,7 +628,7 @@ cdef class ImageBatchCollator:
             for j in range(n):
                 slot = lo + j
                 index = idx[slot]
-                if not 0 <= index < INT32_LIMIT:
+                if not 0 <= index < INT32_END:
                     raise ValueError(f"slot {slot}: dataset index must lie in [0, 2**31) "
                                      f"(int32 Indices), received {index}")
                 try:
@@ -622,19 +639,21 @@ cdef class ImageBatchCollator:
                         item = transform(item, rng)
                 except BaseException as error:
                     if isinstance(error, Exception):
-                        error.add_note(f"onemodel_cy: while building {where}, slot {slot}, dataset index {index}")
+                        error.add_note(f"onemodel_cy: while building {_step_name(global_step, epoch, step)}, "
+                                       f"slot {slot}, dataset index {index}")
                     raise
                 if not isinstance(item, Sample):
                     source = "the transform" if transform is not None else "dataset.get_sample"
-                    raise TypeError(f"{where}, slot {slot}, dataset index {index}: {source} returned "
-                                    f"{type(item).__name__}; a Sample(image, target, label) is required")
-                ws.keep.append(item)
+                    raise TypeError(f"{_step_name(global_step, epoch, step)}, slot {slot}, dataset index {index}: "
+                                    f"{source} returned {type(item).__name__}; a Sample(image, target, label) "
+                                    f"is required")
+                ws.held[j] = item
                 fill_job(ws, jobs, j, item, index, lo, shape)
             return self.assemble(ws, n, shape[0], shape[1], seed, epoch, step, lo, &baton)
         finally:
             if baton:
                 baton_release(&self._baton)
-            ws.keep.clear()
+            ws.let_go(n)
             ws.busy = False
 
     def collate_from(self, ArrayImageDataset dataset not None, cnp.ndarray indices not None, seed, epoch,

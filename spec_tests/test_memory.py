@@ -109,6 +109,34 @@ def test_python_augmentation_scratch_is_reused_when_warm(om):
     assert peak - base < 16 * 1024, peak - base
 
 
+def test_warm_generic_path_allocates_nothing_per_sample(om):
+    """§5 on the generic path: once warm, collating from a Python dataset allocates only a
+    few small objects per batch (the batch's arrays), nothing per sample, when the dataset
+    itself allocates nothing (cached samples, indices below 256 so that Python's cached
+    ints are passed to get_sample). Counted per thread by the allocator hooks."""
+    from onemodel_cy import _alloccount
+    _alloccount.install()
+    source = om.SyntheticLineImages(256, height=4, min_width=8, max_width=24, seed=1)
+
+    class Cached:
+        def __init__(self):
+            self.samples = [source.get_sample(i) for i in range(256)]
+
+        def get_sample(self, index):
+            return self.samples[index]
+
+    ds = Cached()
+    idx = np.arange(200, dtype=np.int64)
+    col = om.ImageBatchCollator(width_multiple=4)
+    for _ in range(3):
+        col.collate_dataset(ds, idx, 0, 0, 0).close()
+    before, _ = _alloccount.thread_allocated()
+    for step in range(20):
+        col.collate_dataset(ds, idx, 0, 0, step).close()
+    after, _ = _alloccount.thread_allocated()
+    assert (after - before) / 20 < 1024, (after - before) / 20
+
+
 # --------------------------------------------------------------------------- kept memory
 
 def test_kept_views_are_never_overwritten_and_then_recycled(om):
