@@ -373,7 +373,9 @@ ctypedef struct SlotJob:
 
 @cython.final
 cdef class _Workspace:
-    """Per-thread scratch of a collator: the slot table and the augmentation scratch."""
+    """Per-thread scratch of a collator: the slot table, what it points into, and the
+    augmentation's staging scratch (from a private pool, so it never counts against the
+    batches' window)."""
     cdef SlotJob* jobs
     cdef Py_ssize_t capacity
     cdef Block scratch                 # staging of a batch's images, reused while nobody else holds it
@@ -416,7 +418,7 @@ cdef class _Workspace:
         """The batch's augmentation scratch: room for every slot's image side by side.
         Reused only while no augmentation kept a view of an earlier batch's scratch (a
         kept view keeps its block, which goes back to the pool when the view dies)."""
-        if (self.scratch is None or <Py_ssize_t>self.scratch.nbytes < floats * <Py_ssize_t>sizeof(float)
+        if (self.scratch is None or self.scratch.raw.capacity < floats * sizeof(float)
                 or refcount(<PyObject*>self.scratch) > 1):
             self.scratch = None
             self.scratch = self.scratch_pool.rent(floats * sizeof(float))
@@ -447,6 +449,17 @@ cdef void copy_padded(const float* src, float* dst, Py_ssize_t rows, Py_ssize_t 
     cdef Py_ssize_t r
     for r in range(rows):
         store_row(src + r * width, dst + r * padded_width, width, padded_width, False, 0, 0, pad)
+
+
+cdef slot_range(cnp.ndarray indices, start, stop, Py_ssize_t* lo, Py_ssize_t* hi):
+    """Check a global batch's index array and the slots ``[start, stop)`` taken from it."""
+    if indices.dtype != np.int64 or indices.ndim != 1 or not indices.flags.c_contiguous:
+        raise TypeError(f"indices must be a C-contiguous 1-D int64 array, received {_describe(indices)}")
+    lo[0] = as_index(start, "start")
+    hi[0] = indices.shape[0] if stop is None else as_index(stop, "stop")
+    if not 0 <= lo[0] < hi[0] <= indices.shape[0]:
+        raise ValueError(f"need 0 <= start < stop <= len(indices) = {indices.shape[0]}, "
+                         f"received start={lo[0]}, stop={hi[0]}")
 
 
 cdef str _step_name(global_step, epoch, step):
@@ -600,13 +613,8 @@ cdef class ImageBatchCollator:
         either gets a note naming the step, slot and dataset index (``global_step`` too,
         when given) and propagates unchanged.
         """
-        if indices.dtype != np.int64 or indices.ndim != 1 or not indices.flags.c_contiguous:
-            raise TypeError(f"indices must be a C-contiguous 1-D int64 array, received {_describe(indices)}")
-        cdef Py_ssize_t lo = as_index(start, "start")
-        cdef Py_ssize_t hi = indices.shape[0] if stop is None else as_index(stop, "stop")
-        if not 0 <= lo < hi <= indices.shape[0]:
-            raise ValueError(f"need 0 <= start < stop <= len(indices) = {indices.shape[0]}, "
-                             f"received start={lo}, stop={hi}")
+        cdef Py_ssize_t lo, hi
+        slot_range(indices, start, stop, &lo, &hi)
         if transform is not None and not callable(transform):
             raise TypeError(f"transform must be callable as transform(sample, rng) or None, "
                             f"received {type(transform).__name__}")
@@ -664,13 +672,8 @@ cdef class ImageBatchCollator:
         it. No Python object is created per sample; with a built-in or no augmentation
         the whole batch is built without the GIL.
         """
-        if indices.dtype != np.int64 or indices.ndim != 1 or not indices.flags.c_contiguous:
-            raise TypeError(f"indices must be a C-contiguous 1-D int64 array, received {_describe(indices)}")
-        cdef Py_ssize_t lo = as_index(start, "start")
-        cdef Py_ssize_t hi = indices.shape[0] if stop is None else as_index(stop, "stop")
-        if not 0 <= lo < hi <= indices.shape[0]:
-            raise ValueError(f"need 0 <= start < stop <= len(indices) = {indices.shape[0]}, "
-                             f"received start={lo}, stop={hi}")
+        cdef Py_ssize_t lo, hi
+        slot_range(indices, start, stop, &lo, &hi)
         cdef Py_ssize_t n = hi - lo, j, bad = -1
         cdef const i64* idx = <const i64*>cnp.PyArray_DATA(indices) + lo
         cdef const i64* shapes = <const i64*>cnp.PyArray_DATA(dataset._shapes)
