@@ -21,6 +21,8 @@ cdef class BufferPool:
     cdef Py_ssize_t _class_in_use[POOL_CLASSES]   # blocks of each class held by callers
     cdef Block rent(self, size_t nbytes)
     cdef void give_back(self, RawBlock* raw) noexcept
+    cdef Py_ssize_t blocks_fitting(self, int size_class) noexcept nogil
+    cdef RawBlock* pop_free_below(self, int size_class) noexcept nogil
 
 cdef class Block:
     """One rented allocation; when the last reference goes, its memory returns to the pool."""

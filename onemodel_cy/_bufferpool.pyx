@@ -6,40 +6,51 @@ destroyed, that is when no array, view, tensor or batch refers to it any more. S
 a caller still holds is never reused, and two live batches never share memory; a batch
 that is closed (or simply dropped) recycles its memory at once.
 
-Free blocks wait in per-size-class lists (4 classes per power of two, so at most 25 %
-slack); a request whose class is empty takes the smallest larger free block. The pool
-keeps at most ``max_bytes`` of free memory; blocks returned beyond that are freed. Memory
-in use is bounded by what the caller keeps alive.
+Free blocks wait in per-size-class lists (4 classes per power of two, so a block of the
+request's own class has at most 25 % slack). A request whose class is empty borrows the
+smallest larger free block rather than allocating; a small batch then holds a larger
+block while it lives. The pool keeps at most ``max_bytes`` of free memory; blocks
+returned beyond that are freed. Memory in use is bounded by what the caller keeps alive.
 """
 cimport cython
 from libc.stdint cimport uintptr_t
 
 cdef extern from *:
     """
-    #include <stdlib.h>
+    #include <stdint.h>
     #if defined(__linux__)
     #include <sys/mman.h>
     #endif
     #define OM_HUGE_PAGE ((size_t)2 << 20)
 
-    /* Batch memory. A block of 2 MiB or more starts on a 2 MiB boundary and asks the
-       kernel for transparent huge pages (honoured where THP is "madvise" or "always"):
-       a batch of a few MiB then spans a couple of TLB entries instead of a thousand,
-       which the batch writes feel (measured with benchmarks/bench_loader.py). */
+    /* Batch memory, from PyMem_RawMalloc (so tracemalloc and allocation hooks see it).
+       A block of 2 MiB or more starts on a 2 MiB boundary and asks the kernel for
+       transparent huge pages (honoured where THP is "madvise" or "always"): a batch of a
+       few MiB then spans a couple of TLB entries instead of a thousand, which the batch
+       writes feel (measured with benchmarks/bench_loader.py). The allocation's own start
+       is kept in the word before the block. */
     static void* om_block_alloc(size_t nbytes) {
-        void* p = NULL;
+        size_t align = nbytes >= OM_HUGE_PAGE ? OM_HUGE_PAGE : sizeof(void*);
+        char* base;
+        char* block;
+        if (nbytes > SIZE_MAX - align - sizeof(void*)) return NULL;
+        base = (char*)PyMem_RawMalloc(nbytes + align + sizeof(void*));
+        if (base == NULL) return NULL;
+        block = (char*)(((uintptr_t)base + sizeof(void*) + align - 1) / align * align);
+        ((void**)block)[-1] = base;
     #if defined(__linux__) && defined(MADV_HUGEPAGE)
-        if (nbytes >= OM_HUGE_PAGE) {
-            if (posix_memalign(&p, OM_HUGE_PAGE, nbytes) != 0) return NULL;
-            madvise(p, nbytes, MADV_HUGEPAGE);   /* advice only: a refusal changes nothing */
-            return p;
-        }
+        if (align == OM_HUGE_PAGE)
+            madvise(block, nbytes, MADV_HUGEPAGE);   /* advice only: a refusal changes nothing */
     #endif
-        return malloc(nbytes);
+        return block;
+    }
+
+    static void om_block_free(void* block) {
+        if (block != NULL) PyMem_RawFree(((void**)block)[-1]);
     }
     """
     void* block_alloc "om_block_alloc"(size_t nbytes) noexcept nogil
-    void block_free "free"(void* p) noexcept nogil
+    void block_free "om_block_free"(void* block) noexcept nogil
 
 DEFAULT_MAX_BYTES = 256 << 20
 
@@ -165,10 +176,12 @@ cdef class BufferPool:
             block_free(raw)
 
     def reserve(self, nbytes, count):
-        """Make sure the pool owns ``count`` blocks that fit ``nbytes``, counting those in
-        use, by allocating free ones (within ``max_bytes``); returns how many it allocated.
-        The loader reserves its whole prefetch window at the largest batch size it has seen;
-        smaller batches borrow those blocks, so steady state never misses."""
+        """Make sure the pool owns ``count`` blocks that fit ``nbytes`` (of its size class
+        or larger), counting those in use, by allocating free ones within ``max_bytes``;
+        free blocks too small for ``nbytes`` are given up first when ``max_bytes`` is in
+        the way. Returns how many blocks it allocated. The loader reserves its whole
+        prefetch window at the largest batch size it has seen; smaller batches borrow
+        those blocks, so steady state never misses."""
         if (not isinstance(nbytes, int) or not isinstance(count, int) or not 0 <= nbytes <= LARGEST
                 or count < 0):
             raise ValueError(f"need 0 <= nbytes <= {LARGEST} and count >= 0 (integers), received "
@@ -177,11 +190,20 @@ cdef class BufferPool:
         cdef int size_class = class_of(nbytes, &capacity)
         cdef Py_ssize_t added = 0
         cdef RawBlock* raw
+        cdef RawBlock* smaller
         while True:
+            smaller = NULL
             with self._mutex:
-                if (self._free_count[size_class] + self._class_in_use[size_class] >= count
-                        or self._bytes_held + capacity > self.max_bytes):
+                if self.blocks_fitting(size_class) >= count:
                     break
+                if self._bytes_held + capacity > self.max_bytes:
+                    smaller = self.pop_free_below(size_class)
+                    if smaller == NULL:
+                        break
+                    self._dropped += 1
+            if smaller != NULL:
+                block_free(smaller)
+                continue
             raw = <RawBlock*>block_alloc(OVERHEAD + capacity)
             if raw == NULL:
                 raise MemoryError(f"cannot allocate a batch buffer of {capacity} bytes")
@@ -195,6 +217,28 @@ cdef class BufferPool:
                 self._reserved += 1
             added += 1
         return added
+
+    cdef Py_ssize_t blocks_fitting(self, int size_class) noexcept nogil:
+        """Blocks of ``size_class`` or larger, free or in use (call with the mutex held)."""
+        cdef Py_ssize_t total = 0
+        cdef int c
+        for c in range(size_class, POOL_CLASSES):
+            total += self._free_count[c] + self._class_in_use[c]
+        return total
+
+    cdef RawBlock* pop_free_below(self, int size_class) noexcept nogil:
+        """Take one free block of a class below ``size_class`` off its list, or NULL
+        (call with the mutex held)."""
+        cdef int c
+        cdef RawBlock* raw
+        for c in range(size_class):
+            raw = self._free[c]
+            if raw != NULL:
+                self._free[c] = raw.next
+                self._free_count[c] -= 1
+                self._bytes_held -= raw.capacity
+                return raw
+        return NULL
 
     def stats(self):
         """Counters: ``hits`` and ``misses`` of rent, ``returned`` and ``dropped``

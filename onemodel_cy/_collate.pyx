@@ -498,8 +498,8 @@ cdef fill_job(_Workspace ws, SlotJob* jobs, Py_ssize_t j, item, i64 index, Py_ss
     if cnp.PyArray_TYPE(image) != cnp.NPY_FLOAT32 or cnp.PyArray_NDIM(image) != 3:
         raise TypeError(f"slot {slot} (dataset index {index}): image must be float32 [C, H, W], "
                         f"received {_describe(image)}")
-    if not cnp.PyArray_IS_C_CONTIGUOUS(image):
-        image = np.ascontiguousarray(image)
+    if not cnp.PyArray_IS_C_CONTIGUOUS(image) or not cnp.PyArray_ISNOTSWAPPED(image):
+        image = np.ascontiguousarray(image, dtype=np.float32)
         ws.keep.append(image)
     cdef Py_ssize_t c = image.shape[0], h = image.shape[1]
     if j == 0:
@@ -510,9 +510,9 @@ cdef fill_job(_Workspace ws, SlotJob* jobs, Py_ssize_t j, item, i64 index, Py_ss
                          f"slot {first_slot} has C={shape[0]}, H={shape[1]}, received C={c}, H={h}")
     cdef cnp.ndarray target = sample.target
     if (cnp.PyArray_TYPE(target) != cnp.NPY_INT32 or cnp.PyArray_NDIM(target) != 1
-            or not cnp.PyArray_IS_C_CONTIGUOUS(target)):
+            or not cnp.PyArray_IS_C_CONTIGUOUS(target) or not cnp.PyArray_ISNOTSWAPPED(target)):
         raise TypeError(f"slot {slot} (dataset index {index}): the Sample's target was changed in place "
-                        f"to {_describe(target)}; it must stay a 1-D int32 array")
+                        f"to {_describe(target)}; it must stay a native 1-D int32 array")
     jobs[j].pixels = <const float*>cnp.PyArray_DATA(image)
     jobs[j].width = image.shape[2]
     jobs[j].target = <const i32*>cnp.PyArray_DATA(target)

@@ -26,9 +26,10 @@ def as_target(target, str where="target"):
 
 cdef cnp.ndarray target_array(target, str where):
     cdef cnp.ndarray array
-    if (isinstance(target, np.ndarray) and cnp.PyArray_TYPE(<cnp.ndarray>target) == cnp.NPY_INT32
-            and cnp.PyArray_NDIM(<cnp.ndarray>target) == 1):
-        # The common case (a dataset handing out its stored int32 arrays) stays in C.
+    if (type(target) is np.ndarray and cnp.PyArray_TYPE(<cnp.ndarray>target) == cnp.NPY_INT32
+            and cnp.PyArray_NDIM(<cnp.ndarray>target) == 1 and cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>target)):
+        # The common case (a dataset handing out its stored int32 arrays) stays in C;
+        # subclasses and other byte orders take the general route below.
         array = target if cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>target) else np.ascontiguousarray(target)
         if first_negative(<const i32*>cnp.PyArray_DATA(array), array.shape[0]) >= 0:
             raise ValueError(f"{where} values must lie in [0, 2**31), received min={array.min()}")
@@ -58,7 +59,8 @@ cdef class Sample:
     Parameters
     ----------
     image : numpy.ndarray
-        float32, 3-D, every dimension >= 1 (planar channels, as §4 expects).
+        float32, 3-D, every dimension >= 1 (planar channels, as §4 expects); held as
+        given, except that a non-native byte order is converted to native.
     target : sequence of int
         Symbol ids in [0, 2**31), possibly empty (the CTC target).
     label : int
@@ -74,6 +76,8 @@ cdef class Sample:
         cdef cnp.npy_intp* dims = cnp.PyArray_DIMS(<cnp.ndarray>image)
         if dims[0] < 1 or dims[1] < 1 or dims[2] < 1:
             raise ValueError(f"Sample.image dimensions must all be >= 1, received shape={image.shape}")
+        if not cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>image):
+            image = image.astype(np.float32)      # the collator copies native float32 bits
         label = operator.index(label) if not isinstance(label, int) else label
         if not -INT32_LIMIT <= label < INT32_LIMIT:
             raise ValueError(f"Sample.label must lie in the int32 range, received {label}")

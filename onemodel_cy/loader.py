@@ -238,10 +238,24 @@ class _Ring:
         self.pool = pool
         self.window = prefetch + workers + 1   # batches alive at once: slots, one per worker, the consumer's
         self.reserved = 0                      # largest batch size (bytes) the pool holds a window of
+        self.reserve_lock = threading.Lock()
         self.claim_lock = threading.Lock()
         self.next_claim = start
         self.limit = stop              # claim nothing at or beyond (None: endless)
         self.closed = False
+
+    def reserve_window(self, nbytes):
+        """Have the pool hold the whole window at the largest batch size seen; smaller
+        batches borrow those blocks, so steady state never misses, whatever the widths.
+        (Done by the worker that built the batch, so the consumer allocates nothing.)"""
+        with self.reserve_lock:
+            if nbytes <= self.reserved:
+                return
+            self.reserved = nbytes
+            try:
+                self.pool.reserve(nbytes, self.window)
+            except MemoryError:
+                pass    # only a head start: rent allocates what it must
 
     def wait(self, lock) -> bool:
         """Acquire ``lock``, giving up (False) once the ring is closed."""
@@ -281,18 +295,15 @@ def _work(ring, build, workspace):
             ring.claim_lock.release()
         try:
             batch, error = build(g, workspace), None
-            if batch.nbytes > ring.reserved:
-                # The pool holds the whole window at the largest batch size seen; smaller
-                # batches borrow those blocks, so steady state never misses, whatever the
-                # widths. (Here rather than on the consumer, which then allocates nothing.)
-                ring.reserved = batch.nbytes
-                ring.pool.reserve(batch.nbytes, ring.window)
         except BaseException as exc:  # delivered to the consumer at step g
             batch, error = None, exc
             # Claim nothing more. Not under claim_lock: its holder may be waiting for a
             # slot that frees only once the consumer has taken this very step.
             limit = ring.limit
             ring.limit = g + 1 if limit is None else min(limit, g + 1)
+        else:
+            if batch.nbytes > ring.reserved:
+                ring.reserve_window(batch.nbytes)
         slot.step, slot.batch, slot.error = g, batch, error
         slot.ready.release()
 

@@ -683,7 +683,7 @@ def test_collate_dataset_refuses_bad_input_naming_it(om):
         col.collate_dataset(ds, np.array([0, 1], np.int32), 0, 0, 0)
     idx = np.array([0, 1, 2], np.int64)
     for start, stop in [(0, 0), (2, 1), (-1, 2), (0, 4), (3, None)]:
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=rf"received start={start}, stop={3 if stop is None else stop}"):
             col.collate_dataset(ds, idx, 0, 0, 0, start=start, stop=stop)
     with pytest.raises(TypeError, match="transform.*int"):
         col.collate_dataset(ds, idx, 0, 0, 0, transform=3)
@@ -881,6 +881,32 @@ def test_samples_created_on_access_stay_alive(om):
     with om.ImageBatchCollator().collate(OnAccess(), list(range(6)), 0, 0, 0) as b:
         assert b.images[:, 0, 0, 0].tolist() == [1, 2, 3, 4, 5, 6]
         assert b.targets.tolist() == [4, 5, 6, 7, 8, 9]
+
+
+def test_byte_order_and_array_subclasses_give_the_values_they_hold(om):
+    """A big-endian float32 image or int32 target, or a target held in an ndarray
+    subclass, is taken by value: the batch holds the numbers the arrays mean, and the
+    Sample keeps plain native arrays."""
+    image = _pixels(3, (1, 2, 5))
+    target = np.array([7, 1 << 20, 3], np.int32)
+    swapped = om.Sample(image.astype(">f4"), target.astype(">i4"), 4)
+    masked = om.Sample(image, np.ma.masked_array(target, mask=[0, 1, 0]), 4)
+    for sample in (swapped, masked):
+        assert sample.image.dtype == np.float32 and sample.image.dtype.isnative
+        assert type(sample.target) is np.ndarray and sample.target.dtype == np.int32
+        assert sample.target.dtype.isnative and sample.target.tolist() == target.tolist()
+        with om.ImageBatchCollator().collate([sample], [0], 0, 0, 0) as b:
+            assert np.array_equal(b.images[0].view(np.uint32), image.view(np.uint32))
+            assert b.targets.tolist() == target.tolist()
+    # The same arrays changed in place to the other byte order after construction:
+    # the image is read by value, the target is refused naming what it became.
+    later = om.Sample(image.copy(), target.copy(), 4)
+    later.image.dtype = np.dtype(">f4")
+    with om.ImageBatchCollator().collate([later], [0], 0, 0, 0) as b:
+        assert np.array_equal(b.images[0], np.asarray(later.image, dtype=np.float32))
+    later.target.dtype = np.dtype(">i4")
+    with pytest.raises(TypeError, match=">i4"):
+        om.ImageBatchCollator().collate([later], [0], 0, 0, 0)
 
 
 def test_target_changed_in_place_after_the_sample_is_refused(om):
