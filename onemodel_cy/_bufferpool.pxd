@@ -22,6 +22,7 @@ cdef class BufferPool:
     cdef Block rent(self, size_t nbytes)
     cdef void give_back(self, RawBlock* raw) noexcept
     cdef Py_ssize_t blocks_fitting(self, int size_class) noexcept nogil
+    cdef size_t free_bytes_below(self, int size_class) noexcept nogil
     cdef RawBlock* pop_free_below(self, int size_class) noexcept nogil
 
 cdef class Block:

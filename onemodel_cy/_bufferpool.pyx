@@ -197,9 +197,10 @@ cdef class BufferPool:
                 if self.blocks_fitting(size_class) >= count:
                     break
                 if self._bytes_held + capacity > self.max_bytes:
-                    smaller = self.pop_free_below(size_class)
-                    if smaller == NULL:
+                    # Give up smaller free blocks only when that makes room.
+                    if self._bytes_held - self.free_bytes_below(size_class) + capacity > self.max_bytes:
                         break
+                    smaller = self.pop_free_below(size_class)
                     self._dropped += 1
             if smaller != NULL:
                 block_free(smaller)
@@ -224,6 +225,15 @@ cdef class BufferPool:
         cdef int c
         for c in range(size_class, POOL_CLASSES):
             total += self._free_count[c] + self._class_in_use[c]
+        return total
+
+    cdef size_t free_bytes_below(self, int size_class) noexcept nogil:
+        """Bytes held in free blocks of classes below ``size_class`` (call with the mutex held)."""
+        cdef size_t total = 0
+        cdef int c
+        for c in range(size_class):
+            if self._free[c] != NULL:
+                total += <size_t>self._free_count[c] * self._free[c].capacity
         return total
 
     cdef RawBlock* pop_free_below(self, int size_class) noexcept nogil:

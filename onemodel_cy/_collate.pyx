@@ -455,6 +455,11 @@ cdef void copy_padded(const float* src, float* dst, Py_ssize_t rows, Py_ssize_t 
         store_row(src + r * width, dst + r * padded_width, width, padded_width, False, 0, 0, pad)
 
 
+cdef inline Py_ssize_t part_start(Py_ssize_t n, Py_ssize_t part) noexcept nogil:
+    """First slot of staging part ``part`` of ``n`` (the first part is never empty)."""
+    return (n * part + STAGE_PARTS - 1) // STAGE_PARTS
+
+
 cdef void stage_slots(SlotJob* jobs, Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t rows, float** staged) noexcept nogil:
     """Copy slots [lo, hi) to the staging scratch at staged[0] (advanced past them) and
     point the slot table at the copies."""
@@ -533,7 +538,9 @@ cdef class ImageBatchCollator:
     augmentation : callable or Augmentation, optional
         ``aug(image, rng)`` editing a contiguous float32 ``[C, H, W_i]`` scratch in place with
         ``rng = SampleRng(derive(seed, epoch, step, slot, 1))``. Built-ins
-        (:class:`GainOffset`, :class:`GaussianNoise`) run without the GIL.
+        (:class:`GainOffset`, :class:`GaussianNoise`) run without the GIL. It must leave
+        the samples' own arrays alone: some slots are copied only after others were
+        augmented.
     pool : BufferPool, optional
         Where batch memory comes from; a private pool by default.
 
@@ -791,12 +798,14 @@ cdef class ImageBatchCollator:
                     builtin.copy_apply(jobs[j].pixels, jobs[j].width, images + j * slot_floats, padded,
                                        rows, jobs[j].width, padded, pad, &state)
             if python_aug:
-                stage_slots(jobs, 0, n // STAGE_PARTS, rows, &staged)
+                stage_slots(jobs, 0, part_start(n, 1), rows, &staged)
                 baton[0] = baton_take(&self._baton, BATON_WAIT_NS)
         if python_aug:
             for part in range(STAGE_PARTS):
-                lo = n * part // STAGE_PARTS
-                hi = n * (part + 1) // STAGE_PARTS
+                lo = part_start(n, part)
+                hi = part_start(n, part + 1)
+                if lo == hi:
+                    continue
                 if part > 0:
                     with nogil:
                         if baton[0]:

@@ -295,15 +295,14 @@ def _work(ring, build, workspace):
             ring.claim_lock.release()
         try:
             batch, error = build(g, workspace), None
+            if batch.nbytes > ring.reserved:
+                ring.reserve_window(batch.nbytes)
         except BaseException as exc:  # delivered to the consumer at step g
             batch, error = None, exc
             # Claim nothing more. Not under claim_lock: its holder may be waiting for a
             # slot that frees only once the consumer has taken this very step.
             limit = ring.limit
             ring.limit = g + 1 if limit is None else min(limit, g + 1)
-        else:
-            if batch.nbytes > ring.reserved:
-                ring.reserve_window(batch.nbytes)
         slot.step, slot.batch, slot.error = g, batch, error
         slot.ready.release()
 

@@ -551,7 +551,7 @@ def test_smaller_batches_borrow_the_reserved_blocks(om, widths, live):
             b.close()
     stats = pool.stats()
     assert stats["misses"] == misses
-    assert stats["bytes_held"] == held                 # every block went back to its own class
+    assert stats["bytes_held"] == held                 # the pool holds again what it held before
     assert stats["blocks_in_use"] == 0 and stats["bytes_in_use"] == 0
     assert pool.reserve(widest_nbytes, live) == 0      # the window is still whole
 
@@ -571,6 +571,20 @@ def test_reserve_counts_larger_blocks_and_gives_up_smaller_ones(om):
     assert stats["bytes_held"] == 3 * large == pool.max_bytes     # the three small ones made room
     assert stats["dropped"] == 3
     assert pool.reserve(large, 4) == 0                 # max_bytes reached: nothing more, no error
+
+    # Dropping small blocks that would not make room anyway is pointless: they stay.
+    tight = om.BufferPool(max_bytes=large + large // 2)
+    assert tight.reserve(large, 1) == 1 and tight.reserve(small, 3) == 2   # the large one counts
+    before = tight.stats()
+    assert tight.reserve(large, 2) == 0
+    assert tight.stats()["bytes_held"] == before["bytes_held"] and tight.stats()["dropped"] == 0
+
+    # Blocks in use count too, larger ones included.
+    collator = om.ImageBatchCollator(pool=om.BufferPool())
+    held_batch = collator.collate([om.Sample(np.zeros((1, 64, 1024), np.float32), [], 0)], [0], 0, 0, 0)
+    assert collator.pool.reserve(held_batch.nbytes, 1) == 0
+    assert collator.pool.reserve(held_batch.nbytes // 8, 1) == 0
+    held_batch.close()
 
 
 def test_block_in_a_reference_cycle_returns_cleanly(om):
