@@ -43,13 +43,16 @@ def plain_arrays(source):
 
 def make_pipeline(workers=0, generic=False, batch=BATCH, min_width=MIN_W, max_width=MAX_W, seed=0):
     dataset = workload_dataset(min_width, max_width, seed)
-    sampler = om.ShuffledSampler(COUNT, batch, seed=seed)
     if generic:
-        collator = om.ImageBatchCollator(MULTIPLE, augmentation=python_gain_offset)
-        dataset = PythonDataset(dataset)
-    else:
-        collator = om.ImageBatchCollator(MULTIPLE, augmentation=om.GainOffset())
-    return om.DataLoader(dataset, sampler, collator, seed=seed, workers=workers, prefetch=PREFETCH)
+        return pipeline(PythonDataset(dataset), python_gain_offset, workers, batch, seed)
+    return pipeline(dataset, om.GainOffset(), workers, batch, seed)
+
+
+def pipeline(dataset, augmentation, workers=0, batch=BATCH, seed=0):
+    """The §7 loader (shuffled, width multiple, prefetch) over ``dataset`` with ``augmentation``."""
+    collator = om.ImageBatchCollator(MULTIPLE, augmentation=augmentation)
+    return om.DataLoader(dataset, om.ShuffledSampler(len(dataset), batch, seed=seed), collator, seed=seed,
+                         workers=workers, prefetch=PREFETCH)
 
 
 class StoredSamples:
@@ -192,9 +195,7 @@ class OwnShareCase(LoaderCase):
         self.name = "generic path, stored samples + no-op aug, 0 workers"
 
     def setup(self):
-        sampler = om.ShuffledSampler(COUNT, BATCH, seed=0)
-        collator = om.ImageBatchCollator(MULTIPLE, augmentation=leave_as_is)
-        self.loader = om.DataLoader(StoredSamples(workload_dataset()), sampler, collator, seed=0, prefetch=PREFETCH)
+        self.loader = pipeline(StoredSamples(workload_dataset()), leave_as_is)
         self.next = 0
 
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import Callable, List, Sequence, Tuple
+from typing import Callable, List, Tuple
 
 import numpy as np
 
