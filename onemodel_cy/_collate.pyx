@@ -640,7 +640,10 @@ cdef class ImageBatchCollator:
         if transform is not None and not callable(transform):
             raise TypeError(f"transform must be callable as transform(sample, rng) or None, "
                             f"received {type(transform).__name__}")
-        get_sample = dataset.get_sample
+        get_sample = getattr(dataset, "get_sample", None)
+        if not callable(get_sample):
+            raise TypeError(f"dataset must provide get_sample(index) -> Sample, received "
+                            f"{type(dataset).__name__}")
         cdef u64 seed64 = as_u64(seed, "seed"), epoch64 = as_u64(epoch, "epoch"), step64 = as_u64(step, "step")
         cdef const i64* idx = <const i64*>cnp.PyArray_DATA(indices)
         cdef Py_ssize_t n = hi - lo, j, slot

@@ -687,6 +687,8 @@ def test_collate_dataset_refuses_bad_input_naming_it(om):
             col.collate_dataset(ds, idx, 0, 0, 0, start=start, stop=stop)
     with pytest.raises(TypeError, match="transform.*int"):
         col.collate_dataset(ds, idx, 0, 0, 0, transform=3)
+    with pytest.raises(TypeError, match="get_sample.*received list"):
+        col.collate_dataset([1, 2, 3], idx, 0, 0, 0)
     for bad in (-1, 1 << 31):
         with pytest.raises(ValueError) as e:
             col.collate_dataset(ds, np.array([0, bad], np.int64), 0, 0, 0)
