@@ -35,20 +35,19 @@ else:
     CFLAGS = ["-O2", "-ftree-vectorize", "-fvect-cost-model=dynamic", "-ffp-contract=off",
               "-fno-fast-math"]
 
-MODULES = ["_rng", "_permute", "_samplers", "_bufferpool", "_collate", "_image", "_datasets",
+MODULES = ["_validate", "_rng", "_permute", "_samplers", "_bufferpool", "_collate", "_image", "_datasets",
            "_alloccount"]
 
 extensions = [
     Extension(
         f"onemodel_cy.{name}",
         [f"onemodel_cy/{name}.pyx"],
-        include_dirs=[numpy.get_include()],
+        include_dirs=[numpy.get_include(), "onemodel_cy/src"],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION"),
                        ("ONEMODEL_CY_CHECKS", "1" if CHECKS else "0")],
         extra_compile_args=CFLAGS,
     )
     for name in MODULES
-    if os.path.exists(f"onemodel_cy/{name}.pyx")
 ]
 
 
@@ -65,5 +64,5 @@ class build_py_with_vectors(build_py):
             shutil.copy(path, target)
 
 
-setup(ext_modules=cythonize(extensions, compiler_directives=DIRECTIVES, force=True),
+setup(ext_modules=cythonize(extensions, compiler_directives=DIRECTIVES),
       cmdclass={"build_py": build_py_with_vectors})

@@ -20,7 +20,8 @@ from libc.string cimport memcpy
 from libc.stdlib cimport realloc, free
 
 from onemodel_cy._typedefs cimport u64, i64, i32
-from onemodel_cy._rng cimport (as_index, as_u64, derive_seed, draw_single, draw_normal,
+from onemodel_cy._validate cimport as_index, as_u64
+from onemodel_cy._rng cimport (derive_seed, draw_single, draw_normal,
                                STREAM_TRANSFORM, STREAM_AUGMENTATION)
 from onemodel_cy._rng cimport SampleRng
 from onemodel_cy._bufferpool cimport BufferPool, Block, POOL_ALIGN

@@ -11,7 +11,8 @@ cimport numpy as cnp
 import numpy as np
 
 from onemodel_cy._typedefs cimport u64, i64, i32
-from onemodel_cy._rng cimport (as_index, as_u64, derive_seed, draw_int, draw_single,
+from onemodel_cy._validate cimport as_index, as_u64
+from onemodel_cy._rng cimport (derive_seed, draw_int, draw_single,
                                STREAM_SYNTH_SHAPE, STREAM_SYNTH_PIXELS)
 
 cnp.import_array()

@@ -2,7 +2,7 @@
 cimport numpy as cnp
 import numpy as np
 
-from onemodel_cy._rng cimport as_index
+from onemodel_cy._validate cimport as_index
 
 cnp.import_array()
 

@@ -3,7 +3,7 @@ cimport numpy as cnp
 import numpy as np
 
 from onemodel_cy._typedefs cimport u64, i64
-from onemodel_cy._rng cimport as_u64, as_count
+from onemodel_cy._validate cimport as_u64, as_count
 
 cnp.import_array()
 

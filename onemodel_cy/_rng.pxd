@@ -101,10 +101,5 @@ cdef inline u64 derive_seed(u64 seed, u64 epoch, u64 step, u64 slot, u64 stream)
     return mix64(h + stream)
 
 
-cdef object as_index(object value, str name)
-cdef u64 as_u64(object value, str name) except? 0
-cdef u64 as_count(object value, str name, u64 minimum=*) except? 0
-
-
 cdef class SampleRng:
     cdef u64 _state     # read and written through the ``state`` property (D3)

@@ -4,13 +4,12 @@ The kernels are inline functions in ``_rng.pxd`` so that the samplers, the colla
 the datasets call them without the GIL; this module wraps them for Python and adds
 bulk draws (``size=``) that fill an array without the GIL.
 """
-import operator
-
 cimport cython
 cimport numpy as cnp
 import numpy as np
 
 from onemodel_cy._typedefs cimport u64, u32
+from onemodel_cy._validate cimport as_index, as_u64, as_count
 
 cnp.import_array()
 
@@ -19,8 +18,6 @@ cdef extern from *:
 
 #: True when built with ONEMODEL_CY_CHECKS=1 (bounds, wraparound and initialisation checks on).
 BUILT_WITH_CHECKS = bool(ONEMODEL_CY_CHECKS)
-
-cdef object MASK64 = (1 << 64) - 1
 
 #: The named streams of §2 and of this package (see docs/contract.md).
 STREAMS = {
@@ -33,31 +30,6 @@ STREAMS = {
     "STREAM_BUCKET_ORDER": STREAM_BUCKET_ORDER,
     "STREAM_BUCKET_PLACE": STREAM_BUCKET_PLACE,
 }
-
-
-cdef object as_index(object value, str name):
-    """``value`` as a Python int; a bool is not taken for a number (as in the oracle)."""
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(
-            f"{name} must be an integer, received {value!r} of type {type(value).__name__}"
-        ) from None
-
-
-cdef u64 as_u64(object value, str name) except? 0:
-    """An integer reduced mod 2^64 (D3: -1 becomes 2^64 - 1)."""
-    return <u64>(as_index(value, name) & MASK64)
-
-
-cdef u64 as_count(object value, str name, u64 minimum=0) except? 0:
-    """A size or position: an integer in [minimum, 2^64), never wrapped."""
-    v = as_index(value, name)
-    if v < minimum or v > MASK64:
-        raise ValueError(f"{name} must be an integer in [{minimum}, 2**64), received {v}")
-    return <u64>v
 
 
 def mix(x):

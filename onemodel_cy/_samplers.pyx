@@ -12,7 +12,8 @@ from libc.stdlib cimport malloc, free, qsort
 from libc.string cimport memcpy
 
 from onemodel_cy._typedefs cimport u64, i64
-from onemodel_cy._rng cimport (as_u64, as_count, as_index, derive_seed, draw_double, draw_int,
+from onemodel_cy._validate cimport as_u64, as_count, as_index
+from onemodel_cy._rng cimport (derive_seed, draw_double, draw_int,
                                STREAM_EPOCH_ORDER, STREAM_MIXING, STREAM_BUCKET_ORDER,
                                STREAM_BUCKET_PLACE)
 from onemodel_cy._permute cimport Permutation, permutation_of, permute, permute_range

@@ -1,0 +1,104 @@
+"""Argument checks and overflow-checked size arithmetic: the one home of both.
+
+The exception rule (also in ``docs/contract.md``): ``TypeError`` for the wrong kind of
+object (not an integer, wrong dtype, wrong number of dimensions, a memory layout that is
+not accepted), ``ValueError`` for a value out of range (including a size whose bytes do
+not fit), ``IndexError`` for a dataset index out of range. Messages name what was
+received and what is allowed.
+"""
+import operator
+
+cimport numpy as cnp
+import numpy as np
+
+from onemodel_cy._typedefs cimport u64
+
+cnp.import_array()
+
+cdef object MASK64 = (1 << 64) - 1
+cdef object SSIZE_MAX = (1 << (8 * sizeof(Py_ssize_t) - 1)) - 1
+
+
+cdef object as_index(object value, str name):
+    """``value`` as a Python int; a bool is not taken for a number (as in the oracle)."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(
+            f"{name} must be an integer, received {value!r} of type {type(value).__name__}"
+        ) from None
+
+
+cdef u64 as_u64(object value, str name) except? 0:
+    """An integer reduced mod 2^64 (D3: -1 becomes 2^64 - 1)."""
+    return <u64>(as_index(value, name) & MASK64)
+
+
+cdef u64 as_count(object value, str name, u64 minimum=0) except? 0:
+    """A size or position: an integer in [minimum, 2^64), never wrapped."""
+    v = as_index(value, name)
+    if v < minimum or v > MASK64:
+        raise ValueError(f"{name} must be an integer in [{minimum}, 2**64), received {v}")
+    return <u64>v
+
+
+cdef Py_ssize_t as_size(object value, str name, Py_ssize_t minimum=0,
+                        Py_ssize_t maximum=-1) except? -1:
+    """An integer in ``[minimum, maximum]`` (``maximum`` -1: the largest Py_ssize_t)."""
+    v = as_index(value, name)
+    top = SSIZE_MAX if maximum < 0 else maximum
+    if not minimum <= v <= top:
+        shown = "2**63 - 1" if maximum < 0 and sizeof(Py_ssize_t) == 8 else str(top)
+        raise ValueError(f"{name} must be an integer in [{minimum}, {shown}], received {v}")
+    return <Py_ssize_t>v
+
+
+cdef float as_float32(object value, str name) except? -1:
+    """``value`` rounded to float32, refused unless finite there (1e39 would round to inf)."""
+    cdef float v
+    if isinstance(value, (bool, str, bytes)):
+        raise TypeError(f"{name} must be a real number, received {value!r}")
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a real number, received {value!r}") from None
+    if v != v or v - v != 0:
+        raise ValueError(f"{name} must be a finite float32 number, received {value!r}")
+    return v
+
+
+cdef str describe(object obj):
+    """What an error message says was received."""
+    if isinstance(obj, np.ndarray):
+        return (f"ndarray of dtype={obj.dtype}, shape={obj.shape}, "
+                f"c_contiguous={obj.flags.c_contiguous}, aligned={obj.flags.aligned}, "
+                f"writeable={obj.flags.writeable}")
+    return f"{type(obj).__name__}"
+
+
+cdef Py_ssize_t checked_mul(Py_ssize_t a, Py_ssize_t b, str what) except? -1:
+    """``a * b`` for sizes; ``ValueError`` naming ``what`` when it does not fit."""
+    cdef Py_ssize_t out
+    if a < 0 or b < 0 or mul_overflows(a, b, &out):
+        raise ValueError(f"{what} does not fit in memory: {a} * {b} exceeds 2**63 - 1 bytes/elements")
+    return out
+
+
+cdef Py_ssize_t checked_add(Py_ssize_t a, Py_ssize_t b, str what) except? -1:
+    """``a + b`` for sizes; ``ValueError`` naming ``what`` when it does not fit."""
+    cdef Py_ssize_t out
+    if a < 0 or b < 0 or add_overflows(a, b, &out):
+        raise ValueError(f"{what} does not fit in memory: {a} + {b} exceeds 2**63 - 1 bytes/elements")
+    return out
+
+
+def check_integer(value, name, minimum=None, maximum=None):
+    """For pure-Python modules (the loader): ``value`` as an int in ``[minimum, maximum]``."""
+    v = as_index(value, name)
+    if (minimum is not None and v < minimum) or (maximum is not None and v > maximum):
+        low = "-inf" if minimum is None else minimum
+        high = "inf" if maximum is None else maximum
+        raise ValueError(f"{name} must be an integer in [{low}, {high}], received {v}")
+    return v
