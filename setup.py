@@ -35,7 +35,8 @@ else:
     CFLAGS = ["-O2", "-ftree-vectorize", "-fvect-cost-model=dynamic", "-ffp-contract=off",
               "-fno-fast-math"]
 
-MODULES = ["_validate", "_rng", "_permute", "_samplers", "_bufferpool", "_collate", "_image", "_datasets",
+MODULES = ["_validate", "_rng", "_permute", "_samplers", "_bufferpool", "_pacing", "_augment", "_batch",
+           "_collate", "_fetch", "_image", "_datasets",
            "_alloccount"]
 
 extensions = [

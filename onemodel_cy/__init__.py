@@ -9,8 +9,9 @@ from onemodel_cy._samplers import (BucketedSampler, MixingSampler, Sampler, Sequ
                                    ShuffledSampler)
 from onemodel_cy._datasets import ArrayImageDataset, Sample, SyntheticLineImages
 from onemodel_cy._bufferpool import BufferPool
-from onemodel_cy._collate import (Augmentation, GainOffset, GaussianNoise, ImageBatch,
-                                  ImageBatchCollator)
+from onemodel_cy._augment import Augmentation, GainOffset, GaussianNoise
+from onemodel_cy._batch import ImageBatch
+from onemodel_cy._collate import ImageBatchCollator
 from onemodel_cy._image import gray8_to_planar, rgb8_to_planar
 from onemodel_cy.loader import BatchStream, DataLoader, threads_available
 

@@ -1,11 +1,33 @@
 cimport numpy as cnp
+from onemodel_cy._typedefs cimport i64, i32
 
 cdef class Sample:
     cdef readonly object image     # float32 ndarray [C, H, W]
     cdef readonly object target    # int32 ndarray [L], values >= 0
     cdef readonly object label     # int in int32 range
 
-cdef class ArrayImageDataset:
+# A dataset's packed images, read by the loader's fetch step without the GIL: pointers
+# into storage the dataset owns and has sealed (read-only, never re-allocated while the
+# dataset lives). Image i is shapes[3i:3i+3] = (C, H, W) at pixels + pixel_offsets[i];
+# its target is targets[target_offsets[i]:target_offsets[i+1]].
+cdef struct PackedImages:
+    Py_ssize_t count
+    const float* pixels
+    const i64* pixel_offsets
+    const i64* shapes
+    const i32* targets
+    const i64* target_offsets
+    const i32* labels
+
+
+cdef class PackedImageDataset:
+    # Base of every dataset that offers a packed view; `packed_view` fills `view` and
+    # returns True, or returns False when the view would not match get_sample (a
+    # subclass overriding get_sample).
+    cdef bint packed_view(self, PackedImages* view) except -1
+
+
+cdef class ArrayImageDataset(PackedImageDataset):
     # Packed storage, so that the collator gathers without the GIL or a Python object per sample.
     cdef readonly Py_ssize_t count
     cdef cnp.ndarray _pixels           # float32, every image C-contiguous, back to back

@@ -9,7 +9,9 @@ from typing_extensions import disjoint_base
 # A 1-D sequence of integers in [0, 2**31).
 _Target = Sequence[SupportsIndex] | npt.NDArray[np.integer[Any]]
 
-def as_target(target: _Target, where: str = "target") -> npt.NDArray[np.int32]: ...
+# Base of the datasets that offer a packed view the loader gathers without the GIL.
+@disjoint_base
+class PackedImageDataset: ...
 
 @disjoint_base
 class Sample:
@@ -32,7 +34,7 @@ class Sample:
     ) -> tuple[type[Sample], tuple[npt.NDArray[np.float32], npt.NDArray[np.int32], int]]: ...
 
 @disjoint_base
-class ArrayImageDataset:
+class ArrayImageDataset(PackedImageDataset):
     @property
     def count(self) -> int: ...
     # images: float32 arrays [C, H, W_i], or one float32 array [N, C, H, W].

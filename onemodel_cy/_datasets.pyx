@@ -20,9 +20,16 @@ cnp.import_array()
 cdef object INT32_LIMIT = 1 << 31
 
 
-def as_target(target, str where="target"):
-    """``target`` as a C-contiguous 1-D int32 array of values in [0, 2**31), or a clear error."""
-    return target_array(target, where)
+cdef class PackedImageDataset:
+    """Base of the datasets whose images the loader gathers without the GIL.
+
+    A subclass in Cython fills a :c:type:`PackedImages` view (``_datasets.pxd``) of
+    storage it owns and has sealed; the loader's fetch step reads it directly instead of
+    calling ``get_sample``. The base offers no view.
+    """
+
+    cdef bint packed_view(self, PackedImages* view) except -1:
+        return False
 
 
 cdef cnp.ndarray target_array(target, str where):
@@ -158,6 +165,19 @@ cdef class ArrayImageDataset:
     def __repr__(self):
         return f"ArrayImageDataset(<{self.count} samples>)"
 
+    cdef bint packed_view(self, PackedImages* view) except -1:
+        # The packed storage is what get_sample serves, unless a subclass overrides it.
+        if getattr(type(self), "get_sample") is not STORAGE_GET_SAMPLE or self._pixels is None:
+            return False
+        view.count = self.count
+        view.pixels = <const float*>cnp.PyArray_DATA(self._pixels)
+        view.pixel_offsets = <const i64*>cnp.PyArray_DATA(self._pixel_offsets)
+        view.shapes = <const i64*>cnp.PyArray_DATA(self._shapes)
+        view.targets = <const i32*>cnp.PyArray_DATA(self._targets)
+        view.target_offsets = <const i64*>cnp.PyArray_DATA(self._target_offsets)
+        view.labels = <const i32*>cnp.PyArray_DATA(self._labels)
+        return True
+
     cpdef Sample get_sample(self, index):
         """Sample ``index`` (0 <= index < len), as read-only views of the packed storage."""
         i = as_index(index, "index")
@@ -185,6 +205,10 @@ cdef class ArrayImageDataset:
     def shapes(self):
         """``[count, 3]`` int64 array of (C, H, W) (a read-only view of the storage)."""
         return self._shapes.view()
+
+
+# get_sample as ArrayImageDataset defines it: a subclass that overrides it is read with it.
+cdef object STORAGE_GET_SAMPLE = ArrayImageDataset.__dict__["get_sample"]
 
 
 cdef class SyntheticLineImages(ArrayImageDataset):

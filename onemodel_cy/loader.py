@@ -27,8 +27,10 @@ import weakref
 
 import numpy as np
 
-from onemodel_cy._collate import ImageBatch, ImageBatchCollator
-from onemodel_cy._datasets import ArrayImageDataset
+from onemodel_cy._batch import ImageBatch
+from onemodel_cy._collate import ImageBatchCollator, Workspace
+from onemodel_cy._fetch import build_batch
+from onemodel_cy._pacing import Pacing
 from onemodel_cy._samplers import Sampler
 
 __all__ = ["DataLoader", "BatchStream", "threads_available"]
@@ -63,15 +65,6 @@ def _stable_name(obj) -> str:
         return text
     named = obj if hasattr(obj, "__qualname__") else type(obj)
     return f"{getattr(named, '__module__', '?')}.{named.__qualname__}"
-
-
-class _Workspace:
-    """What one building thread reuses from batch to batch (§5): the batch's index array.
-    (The samples of a batch are held by the collator's per-thread workspace.)"""
-    __slots__ = ("indices",)
-
-    def __init__(self, batch_size):
-        self.indices = np.empty(batch_size, dtype=np.int64)
 
 
 class DataLoader:
@@ -141,10 +134,8 @@ class DataLoader:
         if last <= (self.world_size - 1) * share:
             raise ValueError(f"the last batch of each epoch of {sampler!r} holds {last} samples, too few to "
                              f"give each of {self.world_size} ranks a share of {share}; use drop_last=True")
-        # The fast path reads ArrayImageDataset's storage directly, so only when
-        # get_sample is the storage's own (a subclass may override it).
-        self._fast = (isinstance(dataset, ArrayImageDataset) and transform is None
-                      and type(dataset).get_sample is ArrayImageDataset.get_sample)
+        # The workers' shared baton for the Python parts of a batch (see _pacing.pyx).
+        self.pacing = Pacing()
         self.epoch = 0
 
     # -- the pure function -------------------------------------------------------------
@@ -156,24 +147,23 @@ class DataLoader:
     def __len__(self):
         return self.sampler.steps_per_epoch
 
-    def batch_at(self, step) -> ImageBatch:
-        """Build global step ``step`` on the calling thread (what every stream yields at ``step``)."""
-        g = _integer(step, "step", 0)
-        return self._build(g, _Workspace(self.sampler.batch_size))
+    def batch_at(self, g) -> ImageBatch:
+        """Build global step ``g`` on the calling thread (what every stream yields at ``g``)."""
+        g = _integer(g, "g", 0)
+        return self._build(g, self._workspace())
+
+    def _workspace(self) -> Workspace:
+        """A building thread's own workspace (§5: reused from batch to batch)."""
+        return Workspace(self.sampler.batch_size, self.pacing)
 
     def _build(self, g, workspace):
+        """Global step ``g``: the sampler's indices, then this rank's slots fetched and collated."""
         epoch, step = divmod(g, self.sampler.steps_per_epoch)
         count = self.sampler.indices_into(epoch, step, workspace.indices)
         lo, hi = self._slots
-        hi = min(hi, count)
-        if self._fast:
-            batch = self.collator.collate_from(self.dataset, workspace.indices, self.seed, epoch, step,
-                                               start=lo, stop=hi)
-        else:
-            batch = self.collator.collate_dataset(self.dataset, workspace.indices, self.seed, epoch, step,
-                                                  start=lo, stop=hi, transform=self.transform, global_step=g)
-        batch.global_step = g
-        return batch
+        return build_batch(self.collator, self.dataset, workspace.indices, self.seed, epoch, step,
+                           start=lo, stop=min(hi, count), transform=self.transform, global_step=g,
+                           workspace=workspace)
 
     # -- streams -------------------------------------------------------------------------
 
@@ -331,7 +321,7 @@ class BatchStream:
         self.next_step = start
         loader = self.loader
         workers = loader.workers if threads_available() else 0
-        self._workspace = _Workspace(loader.sampler.batch_size)
+        self._workspace = loader._workspace()
         if workers == 0:
             return
         ring = _Ring(loader.prefetch, start, self.stop_step, loader.collator.pool, workers)
@@ -339,7 +329,7 @@ class BatchStream:
         self._ring = ring
         for k in range(workers):
             thread = threading.Thread(target=_work, name=f"onemodel_cy-worker-{k}",
-                                      args=(ring, loader._build, _Workspace(loader.sampler.batch_size)),
+                                      args=(ring, loader._build, loader._workspace()),
                                       daemon=True)
             thread.start()
             self._threads.append(thread)

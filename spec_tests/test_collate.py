@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import reference as R
+from routes import gather, read
 
 M64 = R.M64
 FIELDS = ("images", "widths", "targets", "target_lengths", "labels", "indices")
@@ -195,7 +196,7 @@ def dataset_draws(draw):
 
 @given(d=dataset_draws(), kind=st.sampled_from(AUGMENTATIONS), m=st.integers(1, 8), pad=PAD_VALUES,
        seed=SEEDS, epoch=STEPS, step=STEPS)
-def test_collate_from_equals_collate_of_the_same_samples(om, d, kind, m, pad, seed, epoch, step):
+def test_gather_equals_collate_of_the_same_samples(om, d, kind, m, pad, seed, epoch, step):
     """The gather-from-dataset path builds slots [start, stop) of a global index array
     exactly as collating those samples with first_slot = start would: slot numbers are
     positions in the global batch (D14), so the augmentation keys match too."""
@@ -205,12 +206,12 @@ def test_collate_from_equals_collate_of_the_same_samples(om, d, kind, m, pad, se
     idx = np.array(indices, dtype=np.int64)
     ours, theirs = _pair(om, kind)
     col = om.ImageBatchCollator(width_multiple=m, pad_value=pad, augmentation=ours)
-    got = col.collate_from(ds, idx, seed, epoch, step, start=start, stop=stop)
+    got = gather(col, ds, idx, seed, epoch, step, start=start, stop=stop)
     hi = len(indices) if stop is None else stop
     chosen = indices[start:hi]
     listed = col.collate([ds.get_sample(i) for i in chosen], chosen, seed, epoch, step,
                          first_slot=start)
-    generic = col.collate_dataset(_PlainDataset(ds), idx, seed, epoch, step, start=start, stop=stop)
+    generic = read(col, _PlainDataset(ds), idx, seed, epoch, step, start=start, stop=stop)
     want = R.collate([(images[i], targets[i], labels[i]) for i in chosen], chosen, seed, epoch,
                      step, width_multiple=m, pad_value=pad, augmentation=theirs, slot_offset=start)
     assert_same_batch(got, want)
@@ -541,12 +542,12 @@ def test_samples_must_share_c_and_h(om, bad, first):
     _names_slot(e, first + 2, 1234)
 
 
-def test_collate_from_refuses_mixed_c_or_h(om):
+def test_gather_refuses_mixed_c_or_h(om):
     """The dataset path refuses a batch mixing C or H too, naming slot and dataset index."""
     ds = om.ArrayImageDataset([np.ones((1, 2, 3), np.float32), np.ones((1, 4, 3), np.float32)],
                               [[1], [2]], [0, 0])
     with pytest.raises(ValueError) as e:
-        om.ImageBatchCollator().collate_from(ds, np.array([0, 0, 1], np.int64), 0, 0, 0)
+        gather(om.ImageBatchCollator(), ds, np.array([0, 0, 1], np.int64), 0, 0, 0)
     _names_slot(e, 2, 1)
 
 
@@ -647,62 +648,65 @@ def test_augmentation_exception_propagates(om):
         om.ImageBatchCollator(augmentation=boom).collate([_sample(om)], [0], 0, 0, 0)
 
 
-def test_collate_from_index_out_of_range(om):
+def test_gather_index_out_of_range(om):
     """The dataset path refuses an index outside [0, len) with an IndexError naming the
     slot and the index received."""
     ds = om.ArrayImageDataset([np.ones((1, 2, 3), np.float32)] * 3, [[1]] * 3, [0] * 3)
     for bad in (3, -1, 1 << 40):
         with pytest.raises(IndexError) as e:
-            om.ImageBatchCollator().collate_from(ds, np.array([0, 1, bad], np.int64), 0, 0, 0)
+            gather(om.ImageBatchCollator(), ds, np.array([0, 1, bad], np.int64), 0, 0, 0)
         _names_slot(e, 2, bad)
 
 
-def test_collate_from_refuses_bad_index_arrays_and_ranges(om):
+def test_gather_refuses_bad_index_arrays_and_ranges(om):
     """The dataset path takes a 1-D int64 index array and a non-empty [start, stop) inside it."""
     ds = om.ArrayImageDataset([np.ones((1, 2, 3), np.float32)] * 3, [[1]] * 3, [0] * 3)
     col = om.ImageBatchCollator()
     with pytest.raises(TypeError, match="int32"):
-        col.collate_from(ds, np.array([0, 1], np.int32), 0, 0, 0)
+        gather(col, ds, np.array([0, 1], np.int32), 0, 0, 0)
     with pytest.raises(TypeError):
-        col.collate_from(ds, np.array([[0, 1]], np.int64), 0, 0, 0)
+        gather(col, ds, np.array([[0, 1]], np.int64), 0, 0, 0)
     idx = np.array([0, 1, 2], np.int64)
     for start, stop in [(0, 0), (2, 1), (-1, 2), (0, 4), (3, None)]:
         with pytest.raises(ValueError):
-            col.collate_from(ds, idx, 0, 0, 0, start=start, stop=stop)
+            gather(col, ds, idx, 0, 0, 0, start=start, stop=stop)
     with pytest.raises(ValueError):
-        col.collate_from(ds, np.zeros(0, np.int64), 0, 0, 0)
+        gather(col, ds, np.zeros(0, np.int64), 0, 0, 0)
 
 
-def test_collate_dataset_refuses_bad_input_naming_it(om):
+def test_read_refuses_bad_input_naming_it(om):
     """The generic path takes the same index arrays and ranges as the dataset path, a
     callable transform, and int32 dataset indices; what get_sample or the transform hands
     back must be a Sample, and the error names the step, the slot and the index."""
     ds = _PlainDataset(om.ArrayImageDataset([np.ones((1, 2, 3), np.float32)] * 3, [[1]] * 3, [0] * 3))
     col = om.ImageBatchCollator()
     with pytest.raises(TypeError, match="int32"):
-        col.collate_dataset(ds, np.array([0, 1], np.int32), 0, 0, 0)
+        read(col, ds, np.array([0, 1], np.int32), 0, 0, 0)
     idx = np.array([0, 1, 2], np.int64)
     for start, stop in [(0, 0), (2, 1), (-1, 2), (0, 4), (3, None)]:
         with pytest.raises(ValueError, match=rf"received start={start}, stop={3 if stop is None else stop}"):
-            col.collate_dataset(ds, idx, 0, 0, 0, start=start, stop=stop)
+            read(col, ds, idx, 0, 0, 0, start=start, stop=stop)
     with pytest.raises(TypeError, match="transform.*int"):
-        col.collate_dataset(ds, idx, 0, 0, 0, transform=3)
+        read(col, ds, idx, 0, 0, 0, transform=3)
     with pytest.raises(TypeError, match="get_sample.*received list"):
-        col.collate_dataset([1, 2, 3], idx, 0, 0, 0)
-    for bad in (-1, 1 << 31):
-        with pytest.raises(ValueError) as e:
-            col.collate_dataset(ds, np.array([0, bad], np.int64), 0, 0, 0)
+        read(col, [1, 2, 3], idx, 0, 0, 0)
+    for bad in (-1, 1 << 31):     # a dataset index out of range is an IndexError (one rule)
+        with pytest.raises(IndexError) as e:
+            read(col, ds, np.array([0, bad], np.int64), 0, 0, 0)
         _names_slot(e, 1)
     with pytest.raises(TypeError, match=r"global step 7 \(epoch 1, step 2\), slot 1, dataset index 1: "
                                         r"the transform returned str"):
-        col.collate_dataset(ds, idx, 0, 1, 2, start=1, global_step=7,
+        read(col, ds, idx, 0, 1, 2, start=1, global_step=7,
                             transform=lambda s, rng: "text")
 
 
 def test_the_python_stage_baton_is_released_whatever_happens(om):
-    """The collator's Python-stage baton (a hint that lets one worker run Python while the
-    others copy) is free again after every collation, finished or failed, so no later
+    """The loader's Python-stage baton (a pacing hint that lets one worker run Python while
+    the others copy) is free again after every collation, finished or failed, so no later
     collation waits for it."""
+    from onemodel_cy._collate import Workspace
+    from onemodel_cy._pacing import Pacing
+    pacing = Pacing()
     base = om.ArrayImageDataset([np.ones((1, 2, 3), np.float32)] * 4, [[1]] * 4, [0] * 4)
     idx = np.arange(4, dtype=np.int64)
 
@@ -723,19 +727,20 @@ def test_the_python_stage_baton_is_released_whatever_happens(om):
         (om.ImageBatchCollator(augmentation=om.GainOffset()), _PlainDataset(base), None, None),
     ]
     for col, ds, transform, error in attempts:
+        ws = Workspace(4, pacing)
         if error is None:
-            col.collate_dataset(ds, idx, 0, 0, 0, transform=transform).close()
+            read(col, ds, idx, 0, 0, 0, transform=transform, workspace=ws).close()
         else:
             with pytest.raises(error):
-                col.collate_dataset(ds, idx, 0, 0, 0, transform=transform)
-        assert col._baton == 0
+                read(col, ds, idx, 0, 0, 0, transform=transform, workspace=ws)
+        assert not pacing.held
     failing = om.ImageBatchCollator(augmentation=raising_aug)
     with pytest.raises(ArithmeticError):
-        failing.collate_from(base, idx, 0, 0, 0)
-    assert failing._baton == 0
+        gather(failing, base, idx, 0, 0, 0, workspace=Workspace(4, pacing))
+    assert not pacing.held
     with pytest.raises(ArithmeticError):
-        failing.collate([base.get_sample(0)], [0], 0, 0, 0)
-    assert failing._baton == 0
+        failing.collate([base.get_sample(0)], [0], 0, 0, 0, workspace=Workspace(1, pacing))
+    assert not pacing.held
 
 
 def test_collate_refuses_mismatched_or_empty_input(om):
@@ -746,8 +751,8 @@ def test_collate_refuses_mismatched_or_empty_input(om):
         col.collate([_sample(om), _sample(om)], [0], 0, 0, 0)
     with pytest.raises(ValueError, match="empty|0 samples"):
         col.collate([], [], 0, 0, 0)
-    for bad in (-1, 1 << 31):
-        with pytest.raises(ValueError) as e:
+    for bad in (-1, 1 << 31):     # a dataset index out of range is an IndexError (one rule)
+        with pytest.raises(IndexError) as e:
             col.collate([_sample(om), _sample(om)], [0, bad], 0, 0, 0)
         _names_slot(e, 1)
     with pytest.raises(TypeError):
@@ -847,7 +852,7 @@ def test_progress_probe_sees_nothing_while_the_gil_is_held():
 def test_collation_kernel_releases_the_gil(om, kind):
     """The copy / pad / built-in augmentation kernel of a large dataset-path collation runs
     without the GIL: another Python thread makes substantial progress (several chunks of
-    pure-Python counting) while one collate_from call is still running. Up to 30 trials,
+    pure-Python counting) while one gather call is still running. Up to 30 trials,
     so a loaded machine that does not schedule the counter in one trial cannot fail it
     (measured on 2 cores with 3 busy processes: at least 5 chunks in about 40 % of the
     trials of the plain copy and in every trial of the noise kernel)."""
@@ -859,10 +864,10 @@ def test_collation_kernel_releases_the_gil(om, kind):
     ds = om.ArrayImageDataset(images, [[1]] * b, [0] * b)
     idx = np.arange(b, dtype=np.int64)
     col = om.ImageBatchCollator(width_multiple=4, augmentation=aug)
-    col.collate_from(ds, idx, 0, 0, 0).close()           # warm the pool
+    gather(col, ds, idx, 0, 0, 0).close()           # warm the pool
 
     def work():
-        col.collate_from(ds, idx, 0, 0, 0).close()
+        gather(col, ds, idx, 0, 0, 0).close()
 
     progress = _progress_while(work, 30)
     assert max(progress) >= 5, progress

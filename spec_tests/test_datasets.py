@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import reference as R
+from routes import gather, read
 
 M64 = R.M64
 SEEDS = st.one_of(st.integers(0, M64), st.integers(-(1 << 63), -1), st.sampled_from([0, 1, -1, M64]))
@@ -90,8 +91,8 @@ def test_synthetic_through_the_collator(om, p, m, data):
     p["channels"] = 1
     ds = om.SyntheticLineImages(**p)
     idx = data.draw(st.lists(st.integers(0, p["count"] - 1), min_size=1, max_size=6))
-    with om.ImageBatchCollator(width_multiple=m, augmentation=om.GainOffset()).collate_from(
-            ds, np.array(idx, np.int64), 3, 1, 2) as b:
+    with gather(om.ImageBatchCollator(width_multiple=m, augmentation=om.GainOffset()),
+                ds, np.array(idx, np.int64), 3, 1, 2) as b:
         ref_samples = [R.synthetic_sample(i, p["height"], p["min_width"], p["max_width"], 1, p["seed"])
                        for i in idx]
         want = R.collate(ref_samples, idx, 3, 1, 2, width_multiple=m, augmentation=R.gain_offset())

@@ -19,6 +19,7 @@ from hypothesis import given, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import onemodel_cy
+from routes import gather, read
 
 FIELDS = ("images", "widths", "targets", "target_lengths", "labels", "indices")
 STAT_KEYS = {"hits", "misses", "bytes_held", "blocks_in_use", "bytes_in_use"}
@@ -61,10 +62,10 @@ def test_warm_loop_allocates_no_batch_memory(om):
 
     def one_round(order):
         for k in order:
-            b = plain.collate_from(ds, batches[k], 1, 0, k)
+            b = gather(plain, ds, batches[k], 1, 0, k)
             sizes.add(b.images.nbytes)
             b.close()
-            fused.collate_from(ds, batches[k], 1, 0, k).close()
+            gather(fused, ds, batches[k], 1, 0, k).close()
             plain.collate(listed[k], listed_idx[k], 1, 0, k).close()
 
     one_round(range(8))                       # warm-up
@@ -94,14 +95,14 @@ def test_python_augmentation_scratch_is_reused_when_warm(om):
     idx = np.arange(64, dtype=np.int64)
     col = om.ImageBatchCollator(augmentation=lambda img, rng: None)
     for _ in range(2):
-        col.collate_from(ds, idx, 0, 0, 0).close()
+        gather(col, ds, idx, 0, 0, 0).close()
     tracemalloc.start()
     try:
-        col.collate_from(ds, idx, 0, 0, 0).close()
+        gather(col, ds, idx, 0, 0, 0).close()
         tracemalloc.reset_peak()
         base = tracemalloc.get_traced_memory()[0]
         for step in range(5):
-            col.collate_from(ds, idx, 0, 0, step).close()
+            gather(col, ds, idx, 0, 0, step).close()
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -129,11 +130,11 @@ def test_warm_generic_path_allocates_nothing_per_sample(om):
     idx = np.arange(2048, dtype=np.int64) % 256       # 2,048 slots: 8 bytes per slot would show
     col = om.ImageBatchCollator(width_multiple=4)
     for _ in range(3):
-        col.collate_dataset(ds, idx, 0, 0, 0).close()
+        read(col, ds, idx, 0, 0, 0).close()
     misses = col.pool.stats()["misses"]
     before, _ = _alloccount.thread_allocated()
     for step in range(20):
-        col.collate_dataset(ds, idx, 0, 0, step).close()
+        read(col, ds, idx, 0, 0, step).close()
     after, _ = _alloccount.thread_allocated()
     assert (after - before) / 20 < 4096, (after - before) / 20
     assert col.pool.stats()["misses"] == misses
@@ -280,8 +281,9 @@ def test_recycled_batch_object_starts_fresh(om):
     previous one: global_step is unset and its arrays are its own."""
     col = om.ImageBatchCollator()
     samples = _samples(om, 2)
-    first = col.collate(samples, [0, 1], 0, 0, 0)
-    first.global_step = 99
+    ds = om.ArrayImageDataset([s.image for s in samples], [s.target for s in samples], [0, 1])
+    first = gather(col, ds, np.arange(2, dtype=np.int64), 0, 0, 0, global_step=99)
+    assert first.global_step == 99
     del first
     second = col.collate(_samples(om, 3, widths=[2, 3, 4]), [5, 6, 7], 0, 1, 2)
     assert second.global_step is None and not second.closed
@@ -508,14 +510,14 @@ def test_reserve_fills_the_window_ahead(om):
     goes past max_bytes and counts blocks already in use."""
     ds = om.SyntheticLineImages(64, height=8, min_width=30, max_width=30, seed=2)
     collator = om.ImageBatchCollator(augmentation=om.GainOffset())
-    first = collator.collate_from(ds, np.arange(16, dtype=np.int64), 0, 0, 0)
+    first = gather(collator, ds, np.arange(16, dtype=np.int64), 0, 0, 0)
     pool = collator.pool
     added = pool.reserve(first.nbytes, 6)
     assert added == 5                                  # the live first batch counts
     assert pool.stats()["reserved"] == 5
     assert pool.reserve(first.nbytes, 6) == 0          # already there
     misses = pool.stats()["misses"]
-    live = [collator.collate_from(ds, np.arange(16, dtype=np.int64) + k, 0, 0, k) for k in range(1, 6)]
+    live = [gather(collator, ds, np.arange(16, dtype=np.int64) + k, 0, 0, k) for k in range(1, 6)]
     assert pool.stats()["misses"] == misses
     nbytes = first.nbytes
     for b in live + [first]:
@@ -593,7 +595,7 @@ def test_block_in_a_reference_cycle_returns_cleanly(om):
     import gc
     collator = om.ImageBatchCollator()
     ds = om.SyntheticLineImages(8, height=2, min_width=3, max_width=5, seed=1)
-    batch = collator.collate_from(ds, np.arange(8, dtype=np.int64), 0, 0, 0)
+    batch = gather(collator, ds, np.arange(8, dtype=np.int64), 0, 0, 0)
     cycle = [batch.images.base]
     cycle.append(cycle)
     batch.close()

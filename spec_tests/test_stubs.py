@@ -21,7 +21,8 @@ import pytest
 
 import onemodel_cy
 
-COMPILED = ["_rng", "_permute", "_samplers", "_datasets", "_bufferpool", "_collate", "_image",
+COMPILED = ["_validate", "_rng", "_permute", "_samplers", "_datasets", "_bufferpool", "_pacing", "_augment",
+            "_batch", "_collate", "_fetch", "_image",
             "_alloccount"]
 PACKAGE_DIR = os.path.dirname(os.path.abspath(onemodel_cy.__file__))
 

@@ -1,0 +1,179 @@
+"""§1 the fetch step of the loader: (dataset, indices, slot range, transform) -> slot table.
+
+Owned by the loader: this is where a global step's samples are read. A dataset that
+offers a packed view (``PackedImageDataset``, ``_datasets.pxd``) is gathered straight
+from its storage without the GIL; any other dataset, or any loader with a transform, is
+read sample by sample with ``get_sample`` in one loop in C, each sample passed through
+``transform(sample, SampleRng(derive(seed, epoch, step, slot, 0)))`` (D17). The
+collator then assembles the slot table into the batch (§4).
+"""
+cimport numpy as cnp
+import numpy as np
+
+from onemodel_cy._typedefs cimport u64, i64
+from onemodel_cy._validate cimport as_index, as_u64, describe
+from onemodel_cy._rng cimport SampleRng, derive_seed, STREAM_TRANSFORM
+from onemodel_cy._datasets cimport PackedImages, PackedImageDataset, Sample
+from onemodel_cy._collate cimport SlotJob, Workspace, ImageBatchCollator, fill_slot
+from onemodel_cy._batch cimport ImageBatch
+from onemodel_cy._pacing cimport Pacing
+
+cnp.import_array()
+
+cdef i64 INT32_END = 1 << 31
+ROUTES = (None, "packed", "samples")
+
+
+def build_batch(ImageBatchCollator collator not None, dataset, cnp.ndarray indices not None, seed, epoch,
+                step, *, start=0, stop=None, transform=None, global_step=None, Workspace workspace=None,
+                route=None):
+    """The batch of slots ``[start, stop)`` of the global batch ``indices`` (int64).
+
+    Parameters
+    ----------
+    collator : ImageBatchCollator
+    dataset : object with ``get_sample(i) -> Sample``
+    indices : numpy.ndarray
+        C-contiguous 1-D int64: the global batch's dataset indices (slot = position).
+    seed, epoch, step : int
+        The loader's seed, the epoch and the step in the epoch.
+    start, stop : int
+        The slot range built (a rank's share; the whole batch by default).
+    transform : callable, optional
+        ``transform(sample, rng) -> Sample`` (stream 0).
+    global_step : int, optional
+        ``g``, stored in the batch and named in error notes.
+    workspace : Workspace, optional
+        The calling worker's workspace (the collator's per-thread one by default).
+    route : None, "packed" or "samples"
+        None picks the packed view when the dataset offers one and there is no
+        transform; "packed" requires it; "samples" always calls ``get_sample``.
+    """
+    if indices.dtype != np.int64 or indices.ndim != 1 or not indices.flags.c_contiguous \
+            or not indices.flags.aligned:
+        raise TypeError(f"indices must be an aligned C-contiguous 1-D int64 array, received {describe(indices)}")
+    cdef Py_ssize_t lo = as_index(start, "start")
+    cdef Py_ssize_t hi = indices.shape[0] if stop is None else as_index(stop, "stop")
+    if not 0 <= lo < hi <= indices.shape[0]:
+        raise ValueError(f"need 0 <= start < stop <= len(indices) = {indices.shape[0]}, "
+                         f"received start={lo}, stop={hi}")
+    if route not in ROUTES:
+        raise ValueError(f"route must be one of {ROUTES}, received {route!r}")
+    if transform is not None and not callable(transform):
+        raise TypeError(f"transform must be callable as transform(sample, rng) or None, "
+                        f"received {type(transform).__name__}")
+    cdef PackedImages view
+    cdef bint packed = (route != "samples" and transform is None and isinstance(dataset, PackedImageDataset)
+                        and (<PackedImageDataset>dataset).packed_view(&view))
+    if route == "packed" and not packed:
+        raise TypeError(f"route='packed' needs a dataset with a packed view and no transform, received "
+                        f"{type(dataset).__name__} with transform={transform!r}")
+    cdef Workspace ws = collator.claim_workspace(workspace)
+    cdef bint baton = False
+    cdef Py_ssize_t shape[2]
+    try:
+        if packed:
+            gather_packed(ws, &view, <const i64*>cnp.PyArray_DATA(indices), lo, hi, shape)
+        else:
+            read_samples(ws, dataset, indices, lo, hi, transform, seed, epoch, step, global_step, shape,
+                         &baton)
+        return collator.assemble(ws, hi - lo, shape[0], shape[1], seed, epoch, step, global_step, lo, &baton)
+    finally:
+        if ws.pacing is not None:
+            ws.pacing.give_back(&baton)
+        ws.let_go(hi - lo)
+
+
+cdef int gather_packed(Workspace ws, const PackedImages* view, const i64* idx, Py_ssize_t lo,
+                       Py_ssize_t hi, Py_ssize_t* shape) except -1:
+    """Point slots [lo, hi) of the table at the packed storage, without the GIL."""
+    if view.count >= INT32_END:
+        raise ValueError(f"dataset indices must fit int32 (§4 Indices), the dataset has {view.count} samples")
+    cdef Py_ssize_t n = hi - lo, j, bad = -1
+    cdef SlotJob* jobs = ws.reserve(n)
+    cdef const i64* shapes = view.shapes
+    cdef i64 i, first
+    cdef bint out_of_range = False
+    with nogil:
+        first = idx[lo]
+        if not 0 <= first < view.count:
+            bad = 0
+            out_of_range = True
+        for j in range(n if bad < 0 else 0):
+            i = idx[lo + j]
+            if not 0 <= i < view.count:
+                bad = j
+                out_of_range = True
+                break
+            if shapes[3 * i] != shapes[3 * first] or shapes[3 * i + 1] != shapes[3 * first + 1]:
+                bad = j
+                break
+            jobs[j].pixels = view.pixels + view.pixel_offsets[i]
+            jobs[j].width = shapes[3 * i + 2]
+            jobs[j].target = view.targets + view.target_offsets[i]
+            jobs[j].target_length = view.target_offsets[i + 1] - view.target_offsets[i]
+            jobs[j].label = view.labels[i]
+            jobs[j].index = i
+    if out_of_range:
+        raise IndexError(f"slot {lo + bad}: dataset index must lie in [0, {view.count}), "
+                         f"received {idx[lo + bad]}")
+    if bad >= 0:
+        raise ValueError(
+            f"slot {lo + bad} (dataset index {idx[lo + bad]}): every sample of a batch must share C and H; "
+            f"slot {lo} has C={shapes[3 * first]}, H={shapes[3 * first + 1]}, received "
+            f"C={shapes[3 * idx[lo + bad]]}, H={shapes[3 * idx[lo + bad] + 1]}")
+    shape[0] = shapes[3 * first]
+    shape[1] = shapes[3 * first + 1]
+    return 0
+
+
+cdef str step_name(global_step, epoch, step):
+    if global_step is None:
+        return f"epoch {epoch}, step {step}"
+    return f"global step {global_step} (epoch {epoch}, step {step})"
+
+
+cdef int read_samples(Workspace ws, dataset, cnp.ndarray indices, Py_ssize_t lo, Py_ssize_t hi, transform,
+                      seed, epoch, step, global_step, Py_ssize_t* shape, bint* baton) except -1:
+    """Fill slots [lo, hi) from ``dataset.get_sample`` (and the transform), holding each
+    sample in the workspace until the batch is built. Takes the pacing's baton first."""
+    get_sample = getattr(dataset, "get_sample", None)
+    if not callable(get_sample):
+        raise TypeError(f"dataset must provide get_sample(index) -> Sample, received {type(dataset).__name__}")
+    cdef u64 seed64 = as_u64(seed, "seed"), epoch64 = as_u64(epoch, "epoch"), step64 = as_u64(step, "step")
+    cdef const i64* idx = <const i64*>cnp.PyArray_DATA(indices)
+    cdef Py_ssize_t n = hi - lo, j, slot
+    cdef i64 index
+    cdef SampleRng rng
+    cdef Pacing pacing = ws.pacing
+    if pacing is not None:
+        baton[0] = pacing.try_take()     # without releasing the GIL when it is free
+        if not baton[0]:
+            with nogil:
+                baton[0] = pacing.take()
+    ws.reserve(n)
+    for j in range(n):
+        slot = lo + j
+        index = idx[slot]
+        if not 0 <= index < INT32_END:
+            raise IndexError(f"slot {slot}: dataset index must lie in [0, 2**31) (int32 Indices), "
+                             f"received {index}")
+        try:
+            item = get_sample(index)
+            if transform is not None:
+                rng = SampleRng.__new__(SampleRng)
+                rng._state = derive_seed(seed64, epoch64, step64, <u64>slot, STREAM_TRANSFORM)
+                item = transform(item, rng)
+        except BaseException as error:
+            if isinstance(error, Exception):
+                error.add_note(f"onemodel_cy: while building {step_name(global_step, epoch, step)}, "
+                               f"slot {slot}, dataset index {index}")
+            raise
+        if not isinstance(item, Sample):
+            source = "the transform" if transform is not None else "dataset.get_sample"
+            raise TypeError(f"{step_name(global_step, epoch, step)}, slot {slot}, dataset index {index}: "
+                            f"{source} returned {type(item).__name__}; a Sample(image, target, label) "
+                            f"is required")
+        ws.held[j] = item
+        fill_slot(ws, j, item, index, lo, shape)
+    return 0
