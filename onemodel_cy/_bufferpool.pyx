@@ -298,3 +298,49 @@ cdef class Block:
     def address(self):
         """Start of the block's memory (for tests of sharing)."""
         return <uintptr_t>self.data
+
+
+@cython.final
+cdef class PoolWindow:
+    """The prefetch window of one stream in a pool: the one home of the window policy.
+
+    A stream keeps at most ``count`` batches alive at once (its ring slots, one per
+    worker, the consumer's). ``fit(nbytes)``, called with each batch's size by the thread
+    that built it, has the pool hold ``count`` blocks of the largest size seen so far;
+    smaller batches borrow those blocks, so steady state never misses, whatever the
+    widths. Reserving is only a head start: when the pool cannot (``max_bytes``, memory),
+    ``rent`` allocates what it must.
+
+    Parameters
+    ----------
+    pool : BufferPool
+    count : int
+        Batches alive at once.
+    """
+    cdef readonly BufferPool pool
+    cdef readonly Py_ssize_t count
+    cdef readonly size_t reserved       # the largest batch size the window is held at
+    cdef cython.pymutex _mutex
+
+    def __init__(self, BufferPool pool not None, count):
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise ValueError(f"count must be an integer >= 0, received {count!r}")
+        self.pool = pool
+        self.count = count
+        self.reserved = 0
+
+    def __reduce__(self):
+        raise TypeError("a PoolWindow belongs to one stream of one process and cannot be pickled")
+
+    def fit(self, size_t nbytes):
+        """Hold the window at ``nbytes`` if that is the largest batch size seen."""
+        if nbytes <= self.reserved:      # the steady state: no lock taken
+            return
+        with self._mutex:
+            if nbytes <= self.reserved:
+                return
+            self.reserved = nbytes
+        try:
+            self.pool.reserve(nbytes, self.count)
+        except MemoryError:
+            pass

@@ -925,3 +925,101 @@ def test_target_changed_in_place_after_the_sample_is_refused(om):
     target.dtype = np.int8
     with pytest.raises(TypeError, match="slot 0"):
         om.ImageBatchCollator().collate([sample], [0], 0, 0, 0)
+
+
+# --------------------------------------------------------------------------- module boundaries
+
+def test_a_kernel_augmentation_is_sealed_when_the_collator_is_built(om):
+    """§4 with a built-in augmentation: the collator copies the augmentation's kernel and
+    parameters when it is built, so re-initialising the augmentation object afterwards
+    (even from another thread, while workers collate) cannot change or tear a batch."""
+    samples = [om.Sample(_pixels(k, (1, 2, 3 + k)), [k], k) for k in range(3)]
+    aug = om.GainOffset(0.2, 0.1)
+    col = om.ImageBatchCollator(augmentation=aug)
+    with col.collate(samples, [0, 1, 2], 5, 0, 0) as b:
+        before = b.images.copy()
+    aug.__init__(0.9, 0.9)
+    with col.collate(samples, [0, 1, 2], 5, 0, 0) as b:
+        assert np.array_equal(b.images.view(np.uint32), before.view(np.uint32))
+    with om.ImageBatchCollator(augmentation=aug).collate(samples, [0, 1, 2], 5, 0, 0) as b:
+        assert not np.array_equal(b.images.view(np.uint32), before.view(np.uint32))
+
+
+def test_both_fetch_routes_give_the_same_bits(om):
+    """§1 fetch step: a packed dataset read through its packed view (the GIL-free route)
+    and through get_sample (the route of any other dataset) gives the same batch, bit for
+    bit, with a kernel and with a Python augmentation; a subclass overriding get_sample is
+    read through its get_sample, never through the storage it inherits."""
+    ds = om.SyntheticLineImages(40, height=3, min_width=2, max_width=9, seed=3)
+    idx = np.array([5, 1, 33, 7, 7, 20], np.int64)
+
+    class Doubled(om.ArrayImageDataset):
+        def get_sample(self, index):
+            s = super().get_sample(index)
+            return om.Sample(s.image * np.float32(2), s.target, s.label)
+
+    for aug in (None, om.GainOffset(), _returns_same):
+        col = om.ImageBatchCollator(width_multiple=4, augmentation=aug)
+        with gather(col, ds, idx, 1, 2, 3) as a, read(col, ds, idx, 1, 2, 3) as b:
+            for name in FIELDS:
+                assert np.array_equal(getattr(a, name).view(np.uint32), getattr(b, name).view(np.uint32)), name
+    images = [ds.get_sample(i).image for i in range(len(ds))]
+    doubled = Doubled(images, [ds.get_sample(i).target for i in range(len(ds))], [0] * len(ds))
+    col = om.ImageBatchCollator(width_multiple=4)
+    with pytest.raises(TypeError, match="packed view"):
+        gather(col, doubled, idx, 1, 2, 3)
+    from onemodel_cy._fetch import build_batch
+    with build_batch(col, doubled, idx, 1, 2, 3) as b:
+        assert b.images[0, 0, 0, 0] == np.float32(2) * images[5][0, 0, 0]
+
+
+def test_a_batch_knows_its_global_step_and_it_cannot_be_changed(om):
+    """§1/§4: a batch built by the loader carries its global step g (epoch and step are
+    divmod(g, steps_per_epoch)); a direct collate carries None. It is set when the batch
+    is built and read-only afterwards."""
+    ds = om.SyntheticLineImages(16, height=2, min_width=2, max_width=5, seed=1)
+    loader = om.DataLoader(ds, om.ShuffledSampler(16, 4, seed=2), om.ImageBatchCollator(), seed=0)
+    with loader.batch_at(9) as b:
+        assert (b.global_step, b.epoch, b.step) == (9, 2, 1)
+        with pytest.raises(AttributeError):
+            b.global_step = 3
+    with om.ImageBatchCollator().collate([ds.get_sample(0)], [0], 0, 0, 0) as b:
+        assert b.global_step is None
+
+
+def test_a_pickled_or_copied_batch_holds_equal_ordinary_arrays(om):
+    """§4/§5: pickling or deep-copying an ImageBatch gives a batch of ordinary numpy arrays
+    with the same values, epoch, step and global step; the copy's nbytes is the size of
+    its own arrays, never a read through a pooled block it does not have."""
+    import copy
+    import pickle
+    ds = om.SyntheticLineImages(8, height=2, min_width=2, max_width=5, seed=1)
+    loader = om.DataLoader(ds, om.SequentialSampler(8, 4), om.ImageBatchCollator(), seed=0)
+    with loader.batch_at(1) as b:
+        for other in (pickle.loads(pickle.dumps(b)), copy.deepcopy(b)):
+            for name in FIELDS:
+                assert np.array_equal(getattr(other, name), getattr(b, name)), name
+            assert (other.epoch, other.step, other.global_step) == (b.epoch, b.step, b.global_step)
+            assert other.nbytes == sum(getattr(other, name).nbytes for name in FIELDS)
+    with pytest.raises(ValueError, match="closed"):
+        pickle.dumps(b)
+
+
+def test_a_workspace_serves_one_collation_at_a_time(om):
+    """§5 per-worker workspace: handing a workspace that a collation is still using (here,
+    from inside that collation's augmentation) to a second collation is refused, so two
+    collations never share one slot table or scratch."""
+    from onemodel_cy._collate import Workspace
+    ws = Workspace(2)
+    samples = [om.Sample(_pixels(k, (1, 2, 3)), [k], k) for k in range(2)]
+    seen = []
+
+    def nested(image, rng):
+        try:
+            om.ImageBatchCollator().collate(samples, [0, 1], 0, 0, 0, workspace=ws)
+        except RuntimeError as error:
+            seen.append(str(error))
+
+    om.ImageBatchCollator(augmentation=nested).collate(samples, [0, 1], 0, 0, 0, workspace=ws).close()
+    assert seen and all("already in use" in text for text in seen)
+    om.ImageBatchCollator().collate(samples, [0, 1], 0, 0, 0, workspace=ws).close()   # free again

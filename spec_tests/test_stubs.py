@@ -399,3 +399,20 @@ def test_defaults_match_embedded_signatures(name):
             problems.append(f"{label}: runtime defaults in no overload: "
                             f"{sorted(set(runtime_defaults) - covered)}")
     assert not problems, f"{name}.pyi defaults differ from runtime:\n  " + "\n  ".join(problems)
+
+
+def test_package_stub_names_exactly_the_public_api():
+    """``onemodel_cy/__init__.pyi`` names every entry of ``__all__`` and nothing that is not
+    exported, so a type checker sees the public API (DESIGN: the API by name, with ``__all__``)."""
+    path = os.path.join(PACKAGE_DIR, "__init__.pyi")
+    with open(path, encoding="utf-8") as fh:
+        tree = ast.parse(fh.read(), filename=path)
+    names = set()
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            names.update(alias.asname or alias.name for alias in node.names)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    names -= {"__version__", "__all__"}
+    assert names == set(onemodel_cy.__all__), (sorted(names - set(onemodel_cy.__all__)),
+                                               sorted(set(onemodel_cy.__all__) - names))

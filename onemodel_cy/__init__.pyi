@@ -1,0 +1,38 @@
+# Type stubs for the package namespace: the public API, re-exported by name.
+from onemodel_cy._augment import Augmentation as Augmentation
+from onemodel_cy._augment import GainOffset as GainOffset
+from onemodel_cy._augment import GaussianNoise as GaussianNoise
+from onemodel_cy._batch import ImageBatch as ImageBatch
+from onemodel_cy._bufferpool import BufferPool as BufferPool
+from onemodel_cy._collate import ImageBatchCollator as ImageBatchCollator
+from onemodel_cy._datasets import ArrayImageDataset as ArrayImageDataset
+from onemodel_cy._datasets import Sample as Sample
+from onemodel_cy._datasets import SyntheticLineImages as SyntheticLineImages
+from onemodel_cy._image import gray8_to_planar as gray8_to_planar
+from onemodel_cy._image import rgb8_to_planar as rgb8_to_planar
+from onemodel_cy._permute import keyed_permutation as keyed_permutation
+from onemodel_cy._permute import permutation as permutation
+from onemodel_cy._rng import SampleRng as SampleRng
+from onemodel_cy._rng import derive as derive
+from onemodel_cy._rng import mix as mix
+from onemodel_cy._samplers import BucketedSampler as BucketedSampler
+from onemodel_cy._samplers import MixingSampler as MixingSampler
+from onemodel_cy._samplers import Sampler as Sampler
+from onemodel_cy._samplers import SequentialSampler as SequentialSampler
+from onemodel_cy._samplers import ShuffledSampler as ShuffledSampler
+from onemodel_cy.loader import BatchStream as BatchStream
+from onemodel_cy.loader import DataLoader as DataLoader
+from onemodel_cy.loader import threads_available as threads_available
+
+# The named streams of §2 and of this package (docs/contract.md).
+STREAM_TRANSFORM: int
+STREAM_AUGMENTATION: int
+STREAM_SYNTH_SHAPE: int
+STREAM_SYNTH_PIXELS: int
+STREAM_EPOCH_ORDER: int
+STREAM_MIXING: int
+STREAM_BUCKET_ORDER: int
+STREAM_BUCKET_PLACE: int
+
+__version__: str
+__all__: list[str]
