@@ -20,14 +20,14 @@ cdef struct PackedImages:
     const i32* labels
 
 
-cdef class PackedImageDataset:
+cdef class PackedSource:
     # Base of every dataset that offers a packed view; `packed_view` fills `view` and
     # returns True, or returns False when the view would not match get_sample (a
     # subclass overriding get_sample).
     cdef bint packed_view(self, PackedImages* view) except -1
 
 
-cdef class ArrayImageDataset(PackedImageDataset):
+cdef class ArrayImageDataset(PackedSource):
     # Packed storage, so that the collator gathers without the GIL or a Python object per sample.
     cdef readonly Py_ssize_t count
     cdef cnp.ndarray _pixels           # float32, every image C-contiguous, back to back

@@ -11,7 +11,7 @@ _Target = Sequence[SupportsIndex] | npt.NDArray[np.integer[Any]]
 
 # Base of the datasets that offer a packed view the loader gathers without the GIL.
 @disjoint_base
-class PackedImageDataset: ...
+class PackedSource: ...
 
 @disjoint_base
 class Sample:
@@ -34,7 +34,7 @@ class Sample:
     ) -> tuple[type[Sample], tuple[npt.NDArray[np.float32], npt.NDArray[np.int32], int]]: ...
 
 @disjoint_base
-class ArrayImageDataset(PackedImageDataset):
+class ArrayImageDataset(PackedSource):
     @property
     def count(self) -> int: ...
     # images: float32 arrays [C, H, W_i], or one float32 array [N, C, H, W].

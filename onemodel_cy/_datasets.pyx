@@ -20,7 +20,7 @@ cnp.import_array()
 cdef object INT32_LIMIT = 1 << 31
 
 
-cdef class PackedImageDataset:
+cdef class PackedSource:
     """Base of the datasets whose images the loader gathers without the GIL.
 
     A subclass in Cython fills a :c:type:`PackedImages` view (``_datasets.pxd``) of

@@ -1,7 +1,7 @@
 """§1 the fetch step of the loader: (dataset, indices, slot range, transform) -> slot table.
 
 Owned by the loader: this is where a global step's samples are read. A dataset that
-offers a packed view (``PackedImageDataset``, ``_datasets.pxd``) is gathered straight
+offers a packed view (``PackedSource``, ``_datasets.pxd``) is gathered straight
 from its storage without the GIL; any other dataset, or any loader with a transform, is
 read sample by sample with ``get_sample`` in one loop in C, each sample passed through
 ``transform(sample, SampleRng(derive(seed, epoch, step, slot, 0)))`` (D17). The
@@ -13,7 +13,7 @@ import numpy as np
 from onemodel_cy._typedefs cimport u64, i64
 from onemodel_cy._validate cimport as_index, as_u64, describe
 from onemodel_cy._rng cimport SampleRng, derive_seed, STREAM_TRANSFORM
-from onemodel_cy._datasets cimport PackedImages, PackedImageDataset, Sample
+from onemodel_cy._datasets cimport PackedImages, PackedSource, Sample
 from onemodel_cy._collate cimport SlotJob, Workspace, ImageBatchCollator, fill_slot
 from onemodel_cy._batch cimport ImageBatch
 from onemodel_cy._pacing cimport Pacing
@@ -63,8 +63,8 @@ def build_batch(ImageBatchCollator collator not None, dataset, cnp.ndarray indic
         raise TypeError(f"transform must be callable as transform(sample, rng) or None, "
                         f"received {type(transform).__name__}")
     cdef PackedImages view
-    cdef bint packed = (route != "samples" and transform is None and isinstance(dataset, PackedImageDataset)
-                        and (<PackedImageDataset>dataset).packed_view(&view))
+    cdef bint packed = (route != "samples" and transform is None and isinstance(dataset, PackedSource)
+                        and (<PackedSource>dataset).packed_view(&view))
     if route == "packed" and not packed:
         raise TypeError(f"route='packed' needs a dataset with a packed view and no transform, received "
                         f"{type(dataset).__name__} with transform={transform!r}")
