@@ -4,14 +4,11 @@ All compiler directives and C flags live here, in one place. ``ONEMODEL_CY_CHECK
 rebuilds every module with bounds, wraparound and initialisation checks switched on
 (CI runs the spec tests once that way).
 """
-import glob
 import os
-import shutil
 
 import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
-from setuptools.command.build_py import build_py
 
 CHECKS = os.environ.get("ONEMODEL_CY_CHECKS", "0") not in ("", "0")
 
@@ -36,12 +33,12 @@ else:
               "-fno-fast-math"]
 
 MODULES = ["_validate", "_rng", "_permute", "_samplers", "_bufferpool", "_collate", "_image", "_datasets",
-           "_alloccount"]
+           "testing._alloccount"]    # dotted names are modules of subpackages
 
 extensions = [
     Extension(
         f"onemodel_cy.{name}",
-        [f"onemodel_cy/{name}.pyx"],
+        [f"onemodel_cy/{name.replace('.', '/')}.pyx"],
         include_dirs=[numpy.get_include(), "onemodel_cy/src"],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION"),
                        ("ONEMODEL_CY_CHECKS", "1" if CHECKS else "0")],
@@ -51,18 +48,4 @@ extensions = [
 ]
 
 
-class build_py_with_vectors(build_py):
-    """Ship the known-answer vectors (kept in spec_tests/data/) inside the package, for
-    ``onemodel-cy conformance``; an editable install reads them from the source tree."""
-
-    def run(self):
-        super().run()
-        target = os.path.join(self.build_lib, "onemodel_cy", "conformance", "vectors")
-        os.makedirs(target, exist_ok=True)
-        for path in glob.glob(os.path.join("spec_tests", "data", "*.json")) + [
-                os.path.join("spec_tests", "data", "README.md")]:
-            shutil.copy(path, target)
-
-
-setup(ext_modules=cythonize(extensions, compiler_directives=DIRECTIVES),
-      cmdclass={"build_py": build_py_with_vectors})
+setup(ext_modules=cythonize(extensions, compiler_directives=DIRECTIVES))
