@@ -15,7 +15,7 @@ import pytest
 
 import reference as R
 from conftest import load_vectors, vector_cases
-from onemodel_cy.conformance.codec import VECTOR_FILES, VECTORS_DIR, build_sampler, f64_hex
+from onemodel_cy.conformance.codec import VECTOR_FILES, VECTORS_DIR, EncodingError, build_sampler, f32_hex, f64_hex
 from onemodel_cy.conformance.replay import differences, replay
 
 SECTION_FILES = {"rng.json": "§2", "permutation.json": "§3", "samplers.json": "§3"}
@@ -63,6 +63,28 @@ def test_derive_reduces_arguments_mod_2_64(om, api):
     for case in cases:
         reduced = {"input": {"op": "derive", "args": case["output"]["same_as_args"]}}
         assert replay(api, reduced)["values"] == case["output"]["values"], case["name"]
+
+
+def test_a_draw_that_is_not_float32_is_a_fault_not_a_refusal():
+    """§2: next_single and next_normal return float32 values. An implementation returning
+    a wider float fails loudly in the encoding (it is not read as a refused input)."""
+    assert f32_hex(0.5) == "0x3f000000"
+    with pytest.raises(EncodingError):
+        f32_hex(0.1)
+
+    class WideRng:
+        def __init__(self, state):
+            self.state = state
+
+        def next_single(self):
+            return 0.1
+
+    class WideApi:
+        SampleRng = WideRng
+
+    case = {"input": {"op": "draws", "state": "0", "method": "next_single", "count": 1}}
+    with pytest.raises(EncodingError):
+        replay(WideApi, case)
 
 
 def test_mixing_cumulative_tables():

@@ -45,7 +45,8 @@ def load(name: str) -> dict:
 def f32_bits(value) -> int:
     """The IEEE-754 bits of a float32 value (``EncodingError`` if ``value`` is not one)."""
     single = np.float32(value)
-    if single != value and not (math.isnan(single) and math.isnan(value)):
+    # Compared as float64: NumPy 2 would round a Python float to float32 before comparing.
+    if float(single) != float(value) and not (math.isnan(single) and math.isnan(value)):
         raise EncodingError(f"{value!r} is not a float32 value (the nearest float32 is {single!r})")
     return struct.unpack("<I", struct.pack("<f", single))[0]
 
