@@ -1,33 +1,58 @@
-"""Shared timing helpers: median of interleaved repetitions, so machine drift hits every case alike."""
+"""The one timing helper of the benchmarks: interleaved repetitions and their medians.
+
+Every benchmark measures its configurations round-robin (one repetition of each, then the
+next round), so that drift of a shared machine hits every configuration alike, and reports
+the median with the min-max of the repetitions.
+"""
 from __future__ import annotations
 
 import statistics
 import time
 
 
+def timed(fn) -> tuple:
+    """(what ``fn()`` returned, wall-clock seconds of the call)."""
+    start = time.perf_counter()
+    result = fn()
+    return result, time.perf_counter() - start
+
+
+def seconds(fn) -> float:
+    """Wall-clock seconds of one call ``fn()``."""
+    return timed(fn)[1]
+
+
+def summary(samples) -> tuple:
+    """(median, min, max) of the samples."""
+    return statistics.median(samples), min(samples), max(samples)
+
+
+def round_robin(measures, repeats=5) -> dict:
+    """``repeats`` rounds, each calling every ``measures`` entry ({name: fn returning one
+    sample}) once, in order; name -> the list of its samples."""
+    samples = {name: [] for name in measures}
+    for _ in range(repeats):
+        for name, measure in measures.items():
+            samples[name].append(measure())
+    return samples
+
+
+def _calls(fn, calls):
+    for _ in range(calls):
+        fn()
+
+
 def rate(fn, units, repeats=5, min_seconds=0.2):
     """Units per second of ``fn()`` (each call does ``units`` units): (median, min, max) over ``repeats``."""
     calls = 1
-    while True:  # calibrate so one repetition lasts at least min_seconds
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        if time.perf_counter() - start >= min_seconds or calls >= 1 << 20:
-            break
-        calls *= 2
-    rates = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        rates.append(calls * units / (time.perf_counter() - start))
-    return statistics.median(rates), min(rates), max(rates)
+    while seconds(lambda: _calls(fn, calls)) < min_seconds and calls < 1 << 20:
+        calls *= 2   # calibrate so one repetition lasts at least min_seconds
+    samples = round_robin({"": lambda: calls * units / seconds(lambda: _calls(fn, calls))}, repeats)[""]
+    return summary(samples)
 
 
 def interleaved(cases, repeats=5):
     """Run ``cases`` ({name: (fn, units)}) round-robin ``repeats`` times; name -> (median, min, max)."""
-    samples = {name: [] for name in cases}
-    for _ in range(repeats):
-        for name, (fn, units) in cases.items():
-            samples[name].append(rate(fn, units, repeats=1)[0])
-    return {name: (statistics.median(v), min(v), max(v)) for name, v in samples.items()}
+    samples = round_robin({name: (lambda fn=fn, units=units: rate(fn, units, repeats=1)[0])
+                           for name, (fn, units) in cases.items()}, repeats)
+    return {name: summary(v) for name, v in samples.items()}

@@ -2,7 +2,8 @@
 
 Run: python benchmarks/bench_collate.py [--repeats 5] [--batches 300]
 
-Prints batches per second of ``ImageBatchCollator.collate_from`` building the §7 batch
+Prints batches per second of the loader's fetch step (``_fetch.build_batch``, the packed
+route) and the collator building the §7 batch
 (128 images of height 32, widths 64-256, width multiple 4, GainOffset) from an
 ``ArrayImageDataset``; the floor (the same bytes moved by ``numpy.copyto`` into a reused
 buffer: each batch's source pixels, gathered beforehand, read once, and the padded batch
@@ -13,16 +14,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 import tracemalloc
-
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import onemodel_cy as om  # noqa: E402
-from onemodel_cy import _alloccount  # noqa: E402
-from onemodel_cy.bench import BATCH, COUNT, MULTIPLE, FloorCase, workload_dataset  # noqa: E402
+from _timing import round_robin, seconds, summary  # noqa: E402
+from onemodel_cy._fetch import build_batch  # noqa: E402
+from onemodel_cy.testing import _alloccount  # noqa: E402
+from workload import BATCH, COUNT, MULTIPLE, FloorCase, workload_dataset  # noqa: E402
 
 
 def main(argv=None):
@@ -41,19 +41,16 @@ def main(argv=None):
     def collate(collator, n):
         for k in range(n):
             s = k % len(steps)
-            collator.collate_from(dataset, steps[s], 0, 0, s).close()
+            build_batch(collator, dataset, steps[s], 0, 0, s, route="packed").close()
 
     floor = FloorCase(1)
     floor.setup()
     for collator in collators.values():
         collate(collator, 50)  # warm-up: the pool reaches its size classes
-    rates = {name: [] for name in ["floor (numpy copy)", *collators]}
-    for _ in range(args.repeats):
-        rates["floor (numpy copy)"].append(args.batches / floor.run(args.batches))
-        for name, collator in collators.items():
-            start = time.perf_counter()
-            collate(collator, args.batches)
-            rates[name].append(args.batches / (time.perf_counter() - start))
+    measures = {"floor (numpy copy)": lambda: args.batches / floor.run(args.batches)[1]}
+    measures.update({name: (lambda collator=collator: args.batches / seconds(lambda: collate(collator, args.batches)))
+                     for name, collator in collators.items()})
+    rates = round_robin(measures, args.repeats)
 
     collator = collators["GainOffset"]
     misses = collator.pool.stats()["misses"]
@@ -63,13 +60,13 @@ def main(argv=None):
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     bytes1, calls1 = _alloccount.thread_allocated()
-    floor_median = statistics.median(rates["floor (numpy copy)"])
+    floor_median = summary(rates["floor (numpy copy)"])[0]
 
     print(f"§7 batch collated on one thread: median (min-max) of {args.repeats} interleaved runs "
           f"of {args.batches} batches")
     for name, r in rates.items():
-        med = statistics.median(r)
-        print(f"  {name:22s} {med:8,.0f} batches/s  ({min(r):,.0f}-{max(r):,.0f})   {med / floor_median:.2f} x floor")
+        med, low, high = summary(r)
+        print(f"  {name:22s} {med:8,.0f} batches/s  ({low:,.0f}-{high:,.0f})   {med / floor_median:.2f} x floor")
     print(f"  allocated on this thread per batch (GainOffset): {(bytes1 - bytes0) / args.batches:,.0f} bytes in "
           f"{(calls1 - calls0) / args.batches:.1f} allocations; tracemalloc peak over the run {peak:,} bytes")
     print(f"  pool misses after warm-up: {collator.pool.stats()['misses'] - misses}")

@@ -13,7 +13,7 @@ from onemodel_cy._validate cimport checked_add, checked_mul
 
 cnp.import_array()
 
-FIELDS = ("images", "widths", "targets", "target_lengths", "labels", "indices")
+from onemodel_cy.conformance.codec import BATCH_FIELDS as FIELDS   # the one list of the six fields
 
 
 cdef Py_ssize_t aligned_size(Py_ssize_t nbytes, str what) except? -1:

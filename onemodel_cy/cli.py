@@ -1,4 +1,8 @@
-"""``onemodel-cy`` / ``python -m onemodel_cy``: the demo job, benchmarks and the conformance suite."""
+"""``onemodel-cy`` / ``python -m onemodel_cy``: the demo job and the conformance suite.
+
+The benchmark harness is not part of the installed package: it lives in ``benchmarks/`` of
+a source checkout, and ``onemodel-cy bench`` only says how to run it.
+"""
 from __future__ import annotations
 
 import argparse
@@ -41,12 +45,30 @@ def _demo(args) -> int:
     return 0
 
 
+BENCH_HOWTO = """The benchmarks are not installed with the package. In a source checkout, with the package
+importable from it (pip install -e . there, or python setup.py build_ext --inplace and
+PYTHONPATH=.), run:
+
+  python benchmarks/bench_loader.py{args}
+      the §7 workload: memory floor, this loader, the training-loop patterns, peers
+      (--help lists --quick, --only loader|epochs|fresh|peers|scaling, --out)
+  python benchmarks/bench_collate.py
+      §4/§5 collation on one thread
+  python benchmarks/bench_rng.py
+      §2/§3 micro-benchmarks"""
+
+
+def _bench(argv) -> int:
+    """Say how to run the benchmark harness (it lives in the checkout, not in the package)."""
+    print(BENCH_HOWTO.format(args="".join(f" {a}" for a in argv)))
+    return 0
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     # `bench` and `conformance` own their options: hand them the rest of the line.
     if argv and argv[0] == "bench":
-        from onemodel_cy.bench import main as bench_main
-        return bench_main(argv[1:])
+        return _bench(argv[1:])
     if argv and argv[0] == "conformance":
         from onemodel_cy.conformance import main as conformance_main
         return conformance_main(argv[1:])
@@ -57,7 +79,7 @@ def main(argv=None) -> int:
     demo.add_argument("--steps", type=int, default=500)
     demo.add_argument("--workers", type=int, default=2)
     demo.add_argument("--seed", type=int, default=0)
-    commands.add_parser("bench", help="benchmark the loader against the memory floor and peers (--help)")
+    commands.add_parser("bench", help="how to run the benchmarks from a source checkout")
     commands.add_parser("conformance", help="known-answer vectors for ports, and the checker (--help)")
     args = parser.parse_args(argv)
     if args.steps < 2 or args.workers < 0:

@@ -6,7 +6,7 @@ and its memory is recycled only once the tensor is gone (§5).
 """
 from __future__ import annotations
 
-FIELDS = ("images", "widths", "targets", "target_lengths", "labels", "indices")
+from onemodel_cy._batch import FIELDS
 
 
 def to_torch(batch, *, pin_memory=False, device=None, non_blocking=True):

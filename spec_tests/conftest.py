@@ -1,5 +1,8 @@
 """Shared set-up of the spec tests: Hypothesis profiles, the oracle, the vectors.
 
+The vectors, their file list and their float-bit encoding have one home,
+``onemodel_cy/conformance/codec.py``; the names below are that module's.
+
 Profiles (choose with the environment variable ``HYPOTHESIS_PROFILE``):
 
 * ``quick`` (default): modest example counts so the whole suite stays fast locally;
@@ -9,17 +12,16 @@ Profiles (choose with the environment variable ``HYPOTHESIS_PROFILE``):
 
 from __future__ import annotations
 
-import json
 import os
-import struct
 import sys
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 
+from onemodel_cy.conformance.codec import f32_bits, f64_bits  # noqa: F401  (for the tests)
+from onemodel_cy.conformance.codec import load as load_vectors
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-DATA = os.path.join(HERE, "data")
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
@@ -30,28 +32,9 @@ settings.register_profile("dev", max_examples=500, **_common)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "quick"))
 
 
-def load_vectors(filename: str) -> dict:
-    """The parsed contents of ``spec_tests/data/<filename>``."""
-    with open(os.path.join(DATA, filename), encoding="utf-8") as fh:
-        return json.load(fh)
-
-
 def vector_cases(filename: str):
     """``pytest.param`` objects, one per case of a vector file, with the case name as id."""
     return [pytest.param(c, id=c["name"]) for c in load_vectors(filename)["cases"]]
-
-
-def f32_bits(x) -> int:
-    """The IEEE bits of ``x`` rounded to float32 (``x`` must already be a float32 value)."""
-    return struct.unpack("<I", struct.pack("<f", np.float32(x)))[0]
-
-
-def f64_bits(x) -> int:
-    return struct.unpack("<Q", struct.pack("<d", float(x)))[0]
-
-
-def f64_from_hex(h: str) -> float:
-    return struct.unpack("<d", struct.pack("<Q", int(h, 16)))[0]
 
 
 @pytest.fixture(scope="session")

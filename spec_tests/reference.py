@@ -1,7 +1,7 @@
 """Pure-Python reference transcription of the OneModel data-loading contract.
 
 This module is the oracle of the spec tests and the only source of the known-answer
-vectors in ``spec_tests/data/``.  It transcribes, as plainly as possible:
+vectors in ``onemodel_cy/conformance/vectors/``.  It transcribes, as plainly as possible:
 
 * §2 random numbers (SplitMix64 ``SampleRng``, ``mix``, ``derive``), readings D1-D5;
 * §3 the keyed Feistel permutation and the four samplers, readings D6-D12;

@@ -22,7 +22,7 @@ import reference as R
 from routes import gather, read
 
 M64 = R.M64
-FIELDS = ("images", "widths", "targets", "target_lengths", "labels", "indices")
+from onemodel_cy.conformance.codec import BATCH_FIELDS as FIELDS
 INT_FIELDS = FIELDS[1:]
 
 SEEDS = st.one_of(st.integers(0, M64), st.integers(-(1 << 63), -1), st.sampled_from([0, 1, -1, M64]))

@@ -9,29 +9,26 @@ import json
 import pytest
 
 from conftest import load_vectors
-
-FILES = ("rng.json", "permutation.json", "samplers.json", "collate.json", "image.json",
-         "synthetic.json", "stream.json")
+from onemodel_cy.conformance import check, main, run_self
+from onemodel_cy.conformance.codec import VECTOR_FILES
+from onemodel_cy.conformance.replay import differences
 
 
 @pytest.fixture(scope="module")
 def own_results():
-    from onemodel_cy.conformance import run_self
     return run_self()
 
 
-@pytest.mark.parametrize("name", FILES)
+@pytest.mark.parametrize("name", VECTOR_FILES)
 def test_package_reproduces_every_vector(own_results, name):
     """Every known answer (§1 stream, §2, §3, §4, §6, the synthetic dataset), replayed
     through the compiled package, matches: the package conforms to the vectors it ships."""
-    from onemodel_cy.conformance.replay import differences
     got = {c["name"]: c["output"] for c in own_results[name]["cases"]}
     for case in load_vectors(name)["cases"]:
         assert differences(case["output"], got[case["name"]]) == [], case["name"]
 
 
 def _check(results, **kw):
-    from onemodel_cy.conformance import check
     out = io.StringIO()
     return check(results, out=out, **kw), out.getvalue()
 
@@ -74,9 +71,9 @@ def test_refused_inputs_must_be_refused(own_results):
 def test_cli_export_run_and_check(tmp_path):
     """`export` writes the vectors a port reads; `run --out` writes results a port can
     imitate; `check` on them exits 0, and 1 after a change."""
-    from onemodel_cy.conformance import main
     assert main(["export", str(tmp_path / "vectors")]) == 0
     assert json.loads((tmp_path / "vectors" / "rng.json").read_text())["cases"]
+    assert (tmp_path / "vectors" / "README.md").read_text().startswith("# Known-answer vectors")
     assert main(["run", "--out", str(tmp_path / "results")]) == 0
     assert main(["check", str(tmp_path / "results")]) == 0
     doc = json.loads((tmp_path / "results" / "collate.json").read_text())

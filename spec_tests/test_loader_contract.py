@@ -1076,7 +1076,7 @@ def test_no_pool_miss_once_the_widest_batch_was_seen(widths, batch, workers, pre
 def test_steady_state_allocates_little_on_the_consumer(workers):
     """§5 at the loader: after warm-up, taking the next batch allocates far less than a
     batch on the consuming thread (counted per thread), and the pool never misses."""
-    from onemodel_cy import _alloccount
+    from onemodel_cy.testing import _alloccount
     _alloccount.install()
     ds = om.SyntheticLineImages(64, 32, 200, 256, seed=4)      # a batch of 16 is ~512 KiB
     loader = om.DataLoader(ds, om.ShuffledSampler(64, 16, 2), om.ImageBatchCollator(4, augmentation=om.GainOffset()),

@@ -21,7 +21,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 import onemodel_cy
 from routes import gather, read
 
-FIELDS = ("images", "widths", "targets", "target_lengths", "labels", "indices")
+from onemodel_cy.conformance.codec import BATCH_FIELDS as FIELDS
 STAT_KEYS = {"hits", "misses", "bytes_held", "blocks_in_use", "bytes_in_use"}
 
 
@@ -115,7 +115,7 @@ def test_warm_generic_path_allocates_nothing_per_sample(om):
     few small objects per batch (the batch's arrays), nothing per sample, when the dataset
     itself allocates nothing (cached samples, indices below 256 so that Python's cached
     ints are passed to get_sample). Counted per thread by the allocator hooks."""
-    from onemodel_cy import _alloccount
+    from onemodel_cy.testing import _alloccount
     _alloccount.install()
     source = om.SyntheticLineImages(256, height=4, min_width=8, max_width=24, seed=1)
 

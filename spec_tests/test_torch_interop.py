@@ -31,7 +31,7 @@ from onemodel_cy import interop
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 EXAMPLE = os.path.join(ROOT, "examples", "torchrun_ranks.py")
-FIELDS = ("images", "widths", "targets", "target_lengths", "labels", "indices")
+from onemodel_cy.conformance.codec import BATCH_FIELDS as FIELDS
 
 
 def make_loader(workers=0, prefetch=2, augmentation=None):

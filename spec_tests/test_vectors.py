@@ -1,117 +1,34 @@
-"""The known-answer vectors of spec_tests/data/.
+"""The known-answer vectors of onemodel_cy/conformance/vectors/.
 
 * The compiled package reproduces every §2 and §3 vector (rng, permutation, samplers).
-* The oracle reproduces the same vectors through the same replay code, and the generator,
+* The oracle reproduces the same vectors through the same ``replay``, and the generator,
   run again, writes byte-identical files, so the files and ``reference.py`` cannot drift.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
+import subprocess
+import sys
 
-import numpy as np
 import pytest
 
 import reference as R
-from conftest import DATA, f32_bits, f64_bits, f64_from_hex, load_vectors, vector_cases
+from conftest import load_vectors, vector_cases
+from onemodel_cy.conformance.codec import VECTOR_FILES, VECTORS_DIR, EncodingError, build_sampler, f32_hex, f64_hex
+from onemodel_cy.conformance.replay import differences, replay
 
 SECTION_FILES = {"rng.json": "§2", "permutation.json": "§3", "samplers.json": "§3"}
+GENERATOR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "generate_vectors.py")
 
 
-def _encode(method, value):
-    if method in ("next_u64", "next_int"):
-        return str(int(value))
-    if method in ("next_single", "next_normal"):
-        assert float(np.float32(value)) == float(value), f"{method} returned a non-float32 {value!r}"
-        return "0x%08x" % f32_bits(value)
-    if method == "next_double":
-        return "0x%016x" % f64_bits(value)
-    raise AssertionError(method)
-
-
-def _as_list(a):
-    return [int(x) for x in a]
-
-
-def _build_sampler(api, spec):
-    kind = spec["kind"]
-    if kind == "sequential":
-        return api.SequentialSampler(int(spec["n"]), int(spec["batch_size"]), spec["drop_last"])
-    if kind == "shuffled":
-        return api.ShuffledSampler(int(spec["n"]), int(spec["batch_size"]), int(spec["seed"]),
-                                   spec["drop_last"])
-    if kind == "mixing":
-        sources = [(int(s["start"]), int(s["size"]), f64_from_hex(s["share"])) for s in spec["sources"]]
-        return api.MixingSampler(sources, int(spec["batch_size"]), int(spec["steps_per_epoch"]),
-                                 int(spec["seed"]))
-    if kind == "bucketed":
-        return api.BucketedSampler([int(v) for v in spec["lengths"]], int(spec["batch_size"]),
-                                   int(spec["pool_batches"]), int(spec["seed"]))
-    raise AssertionError(kind)
-
-
-def replay(api, case) -> dict:
-    """Run one §2/§3 vector against ``api`` (the compiled package or the oracle) and return
-    the comparable part of its output in the vector's encoding."""
-    inp, want = case["input"], case["output"]
-    op = inp["op"]
-    if op == "draws":
-        rng = api.SampleRng(int(inp["state"]))
-        method = inp["method"]
-        args = (int(inp["n"]),) if method == "next_int" else ()
-        if "error" in want:
-            with pytest.raises(ValueError):
-                getattr(rng, method)(*args)
-            return want
-        values = [_encode(method, getattr(rng, method)(*args)) for _ in range(inp["count"])]
-        out = {"values": values, "state_after": str(rng.state)}
-        return {k: out[k] if k in out else want[k] for k in want}
-    if op == "sequence":
-        rng = api.SampleRng(int(inp["state"]))
-        values = []
-        for call in inp["calls"]:
-            values.append(_encode(call[0], getattr(rng, call[0])(*[int(a) for a in call[1:]])))
-        return {"values": values, "state_after": str(rng.state)}
-    if op == "mix":
-        return {"values": [str(api.mix(int(x))) for x in inp["x"]]}
-    if op == "derive":
-        out = {"values": [str(api.derive(*[int(a) for a in args])) for args in inp["args"]]}
-        if "same_as_args" in want:
-            out["same_as_args"] = want["same_as_args"]
-            assert [str(api.derive(*[int(a) for a in args])) for args in want["same_as_args"]] \
-                == out["values"]
-        return out
-    if op == "table":
-        return {"table": [str(v) for v in _as_list(api.permutation(int(inp["n"]), int(inp["key"])))]}
-    if op == "points":
-        n, key = int(inp["n"]), int(inp["key"])
-        if "error" in want:
-            for p in inp["p"]:
-                with pytest.raises(ValueError):
-                    api.keyed_permutation(int(p), n, key)
-            return want
-        out = {"values": [str(api.keyed_permutation(int(p), n, key)) for p in inp["p"]]}
-        if "passes" in want:
-            out["passes"] = want["passes"]       # informative only
-        return out
-    if op == "sampler":
-        s = _build_sampler(api, inp["sampler"])
-        out = {"steps_per_epoch": str(s.steps_per_epoch), "batch_size": str(s.batch_size),
-               "epochs": [{"epoch": e,
-                           "batches": [[str(i) for i in _as_list(s.indices(int(e), k))]
-                                       for k in range(s.steps_per_epoch)]}
-                          for e in inp["epochs"]]}
-        if "cumulative" in want:
-            out["cumulative"] = want["cumulative"]   # internal table: checked on the oracle below
-        return out
-    if op == "sampler_error":
-        with pytest.raises(ValueError):
-            s = _build_sampler(api, inp["sampler"])
-            if "call" in inp:
-                s.indices(int(inp["call"]["epoch"]), int(inp["call"]["step"]))
-        return want
-    raise AssertionError(f"unknown op {op}")
+def assert_reproduces(api, case):
+    """``api`` gives the case's known answer; a refused input raises exactly the
+    exception the vector names (the project's exception rule, not just any error)."""
+    got, want = replay(api, case), case["output"]
+    assert differences(want, got) == [], differences(want, got)[:3]
+    if "error" in want:
+        assert got == want
 
 
 def _cases(*files):
@@ -127,31 +44,63 @@ ALL_23 = _cases(*SECTION_FILES)
 @pytest.mark.parametrize("case", ALL_23)
 def test_compiled_reproduces_vector(om, case):
     """The compiled package gives every §2/§3 known answer (pinned readings in `pins`)."""
-    assert replay(om, case) == case["output"]
+    assert_reproduces(om, case)
 
 
 @pytest.mark.parametrize("case", ALL_23)
 def test_reference_reproduces_vector(case):
     """The oracle, replayed through the same code, gives the same known answers."""
-    assert replay(R, case) == case["output"]
+    assert_reproduces(R, case)
+
+
+@pytest.mark.parametrize("api", ["compiled", "reference"])
+def test_derive_reduces_arguments_mod_2_64(om, api):
+    """D3: derive of negative or too large arguments equals derive of the arguments
+    reduced mod 2^64 (the vectors record both forms), in the package and the oracle."""
+    api = om if api == "compiled" else R
+    cases = [c for c in load_vectors("rng.json")["cases"] if "same_as_args" in c["output"]]
+    assert cases
+    for case in cases:
+        reduced = {"input": {"op": "derive", "args": case["output"]["same_as_args"]}}
+        assert replay(api, reduced)["values"] == case["output"]["values"], case["name"]
+
+
+def test_a_draw_that_is_not_float32_is_a_fault_not_a_refusal():
+    """§2: next_single and next_normal return float32 values. An implementation returning
+    a wider float fails loudly in the encoding (it is not read as a refused input)."""
+    assert f32_hex(0.5) == "0x3f000000"
+    with pytest.raises(EncodingError):
+        f32_hex(0.1)
+
+    class WideRng:
+        def __init__(self, state):
+            self.state = state
+
+        def next_single(self):
+            return 0.1
+
+    class WideApi:
+        SampleRng = WideRng
+
+    case = {"input": {"op": "draws", "state": "0", "method": "next_single", "count": 1}}
+    with pytest.raises(EncodingError):
+        replay(WideApi, case)
 
 
 def test_mixing_cumulative_tables():
     """D10's float64 left-to-right cumulative bounds recorded in the vectors are the oracle's."""
     for case in load_vectors("samplers.json")["cases"]:
         if case["input"]["op"] == "sampler" and case["input"]["sampler"]["kind"] == "mixing":
-            s = _build_sampler(R, case["input"]["sampler"])
-            assert ["0x%016x" % f64_bits(c) for c, _, _ in s._table] == case["output"]["cumulative"]
+            s = build_sampler(R, case["input"]["sampler"])
+            assert [f64_hex(c) for c, _, _ in s._table] == case["output"]["cumulative"]
 
 
 def test_vector_files_are_well_formed():
     """Every file has a section and uniquely named cases with pins, input and output; every
     reading D1-D17 is pinned by at least one case; the files stay small."""
     pinned, total = set(), 0
-    for name in ["rng.json", "permutation.json", "samplers.json", "collate.json", "image.json",
-                 "synthetic.json", "stream.json"]:
-        path = os.path.join(DATA, name)
-        total += os.path.getsize(path)
+    for name in VECTOR_FILES:
+        total += (VECTORS_DIR / name).stat().st_size
         doc = load_vectors(name)
         assert doc["section"]
         names = [c["name"] for c in doc["cases"]]
@@ -173,18 +122,31 @@ def test_published_values_are_in_the_vectors():
                                         "16408922859458223821"]
 
 
-def _generator():
-    path = os.path.join(DATA, "generate_vectors.py")
-    spec = importlib.util.spec_from_file_location("generate_vectors", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def test_vectors_folder_holds_exactly_the_listed_files():
+    """The package ships one list of vector files: the folder holds those and the format
+    notes, nothing the checker would silently ignore."""
+    assert sorted(p.name for p in VECTORS_DIR.iterdir()) == sorted([*VECTOR_FILES, "README.md"])
+
+
+# The generator run as a port author would run it, in a fresh interpreter; afterwards the
+# compiled package must not have been imported (the vectors come from the oracle only).
+_RUN_GENERATOR = """
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("generate_vectors", sys.argv[1])
+generator = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(generator)
+status = generator.main(["--check"])
+if "onemodel_cy" in sys.modules:
+    sys.exit("the generator imported the compiled package")
+sys.exit(status)
+"""
 
 
 def test_generator_rewrites_identical_files():
     """Running the generator again from reference.py gives byte-identical files for every
-    section (including §1, §4, §6 and the synthetic dataset)."""
-    built = _generator().build_all()
-    for name, text in built.items():
-        with open(os.path.join(DATA, name), encoding="utf-8") as fh:
-            assert fh.read() == text, f"{name} is stale: run python spec_tests/data/generate_vectors.py"
+    section (including §1, §4, §6 and the synthetic dataset), without importing the
+    compiled package."""
+    run = subprocess.run([sys.executable, "-c", _RUN_GENERATOR, GENERATOR], capture_output=True, text=True,
+                         cwd=os.path.dirname(os.path.dirname(GENERATOR)), timeout=600)
+    assert run.returncode == 0, (f"stale vectors or a compiled import: run python spec_tests/generate_vectors.py\n"
+                                 f"{run.stdout}{run.stderr}")

@@ -19,35 +19,19 @@ import shutil
 import sys
 from pathlib import Path
 
-VECTOR_FILES = ("rng.json", "permutation.json", "samplers.json", "collate.json", "image.json",
-                "synthetic.json", "stream.json")
-
-
-def vectors_dir() -> Path:
-    """Where the vectors are: inside the installed package, or in the source tree's spec_tests/data."""
-    packaged = Path(__file__).with_name("vectors")
-    if (packaged / "rng.json").exists():
-        return packaged
-    source = Path(__file__).resolve().parents[2] / "spec_tests" / "data"
-    if (source / "rng.json").exists():
-        return source
-    raise FileNotFoundError("the known-answer vectors are not installed (expected "
-                            f"{packaged} or {source})")
-
-
-def load(name):
-    with open(vectors_dir() / name, encoding="utf-8") as fh:
-        return json.load(fh)
+import onemodel_cy
+from onemodel_cy.conformance.codec import VECTOR_FILES, VECTORS_DIR, load
+from onemodel_cy.conformance.replay import differences, replay
 
 
 def run_self(out_dir=None):
     """Replay every vector with this package; returns {file: results document}."""
-    from onemodel_cy.conformance.replay import replay
     results = {}
     for name in VECTOR_FILES:
         doc = load(name)
         results[name] = {"section": doc["section"],
-                         "cases": [{"name": case["name"], "output": replay(case)} for case in doc["cases"]]}
+                         "cases": [{"name": case["name"], "output": replay(onemodel_cy, case)}
+                                   for case in doc["cases"]]}
         if out_dir is not None:
             os.makedirs(out_dir, exist_ok=True)
             with open(os.path.join(out_dir, name), "w", encoding="utf-8") as fh:
@@ -57,7 +41,6 @@ def run_self(out_dir=None):
 
 def check(results, allow_missing=False, out=sys.stdout):
     """Compare results documents ({file: doc}) with the vectors; returns the number of failures."""
-    from onemodel_cy.conformance.replay import differences
     failures = 0
     for name in VECTOR_FILES:
         vectors = load(name)
@@ -113,7 +96,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "list":
-        print(f"vectors in {vectors_dir()}")
+        print(f"vectors in {VECTORS_DIR}")
         for name in VECTOR_FILES:
             doc = load(name)
             pins = sorted({p for case in doc["cases"] for p in case["pins"]})
@@ -121,10 +104,8 @@ def main(argv=None) -> int:
         return 0
     if args.command == "export":
         os.makedirs(args.dir, exist_ok=True)
-        source = vectors_dir()
         for name in (*VECTOR_FILES, "README.md"):
-            if (source / name).exists():
-                shutil.copy(source / name, os.path.join(args.dir, name))
+            shutil.copy(VECTORS_DIR / name, os.path.join(args.dir, name))
         print(f"wrote {len(VECTOR_FILES)} vector files and README.md to {args.dir}")
         return 0
     if args.command == "run":

@@ -1,34 +1,45 @@
-"""Write the known-answer vectors in spec_tests/data/ from spec_tests/reference.py.
+"""Write the known-answer vectors in onemodel_cy/conformance/vectors/ from spec_tests/reference.py.
 
 Run from the repository root:
 
-    python spec_tests/data/generate_vectors.py            # (re)write the JSON files
-    python spec_tests/data/generate_vectors.py --check    # exit 1 if a file would change
+    python spec_tests/generate_vectors.py            # (re)write the JSON files
+    python spec_tests/generate_vectors.py --check    # exit 1 if a file would change
 
 Only ``reference.py`` (the pure-Python transcription of the spec) computes anything here;
-the compiled package is never imported.  The output is deterministic: keys are sorted,
-one case per line, UTF-8, ``\\n`` line ends.  The format is described in README.md beside
-this file.
+the compiled package is never imported: the encoding (``onemodel_cy/conformance/codec.py``,
+which imports nothing from the package) is loaded by its path. The output is
+deterministic: keys are sorted, one case per line, UTF-8, ``\\n`` line ends. The format is
+described in the README.md beside the vectors.
 """
 
 from __future__ import annotations
 
-import hashlib
+import importlib.util
 import json
 import os
-import struct
 import sys
 
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
 
 import reference as R  # noqa: E402
 
+
+def _load_codec():
+    path = os.path.join(ROOT, "onemodel_cy", "conformance", "codec.py")
+    spec = importlib.util.spec_from_file_location("_vector_codec", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+codec = _load_codec()
+VECTORS = str(codec.VECTORS_DIR)
+F32, F64, i32_list, f32_array = codec.f32_hex, codec.f64_hex, codec.ints, codec.f32_array
 M64 = R.M64
-FILES = ["rng.json", "permutation.json", "samplers.json", "collate.json", "image.json",
-         "synthetic.json", "stream.json"]
 
 PUBLISHED_1234567 = [6457827717110365317, 3203168211198807973, 9817491932198370423,
                      4593380528125082431, 16408922859458223821]
@@ -43,33 +54,6 @@ def S(v) -> str:
     return str(int(v))
 
 
-def F32(v) -> str:
-    """A float32 as its IEEE bits, '0x' + 8 hex digits."""
-    return "0x%08x" % struct.unpack("<I", struct.pack("<f", np.float32(v)))[0]
-
-
-def F64(v) -> str:
-    """A float64 as its IEEE bits, '0x' + 16 hex digits."""
-    return "0x%016x" % struct.unpack("<Q", struct.pack("<d", float(v)))[0]
-
-
-def sha256_f32(a: np.ndarray) -> str:
-    return hashlib.sha256(np.ascontiguousarray(a, dtype="<f4").tobytes()).hexdigest()
-
-
-def f32_array(a: np.ndarray, full: bool) -> dict:
-    """A float32 array as shape + sha256 of its little-endian C-order bytes (+ values)."""
-    a = np.ascontiguousarray(a, dtype=np.float32)
-    d = {"shape": list(a.shape), "sha256": sha256_f32(a)}
-    if full:
-        d["values_f32"] = [F32(x) for x in a.reshape(-1)]
-    return d
-
-
-def i32_list(a) -> list:
-    return [int(x) for x in np.asarray(a).reshape(-1)]
-
-
 def case(name, pins, inp, out) -> dict:
     return {"name": name, "pins": list(pins), "input": inp, "output": out}
 
@@ -77,16 +61,6 @@ def case(name, pins, inp, out) -> dict:
 # ---------------------------------------------------------------------------
 # §2 rng.json
 # ---------------------------------------------------------------------------
-
-def _encode_draw(method, value):
-    if method in ("next_u64", "next_int"):
-        return S(value)
-    if method in ("next_single", "next_normal"):
-        return F32(value)
-    if method == "next_double":
-        return F64(value)
-    raise AssertionError(method)
-
 
 def _next_int_trace(state, n):
     """Replays D4 step by step: the (u, low) of every draw, t, and the result."""
@@ -158,7 +132,7 @@ def build_rng() -> dict:
         for method, count, pins in (("next_u64", 8, ["D2", "§2"]), ("next_single", 8, ["§2"]),
                                     ("next_double", 8, ["§2"]), ("next_normal", 4, ["D5", "§2"])):
             rng = R.SampleRng(st)
-            vals = [_encode_draw(method, getattr(rng, method)()) for _ in range(count)]
+            vals = [codec.encode_draw(method, getattr(rng, method)()) for _ in range(count)]
             cases.append(case(f"{method}_state_{st}", pins,
                               {"op": "draws", "state": S(st), "method": method, "count": count},
                               {"values": vals, "state_after": S(rng.state)}))
@@ -204,7 +178,7 @@ def build_rng() -> dict:
         vals = []
         for c in calls:
             v = getattr(rng, c[0])(*c[1:])
-            vals.append(_encode_draw(c[0], v))
+            vals.append(codec.encode_draw(c[0], v))
         cases.append(case(f"interleaved_calls_state_{st}", ["D2", "D4", "D5", "§2"],
                           {"op": "sequence", "state": S(st),
                            "calls": [[c[0]] + [S(a) for a in c[1:]] for c in calls]},
@@ -302,30 +276,8 @@ def build_permutation() -> dict:
 # §3 samplers.json
 # ---------------------------------------------------------------------------
 
-def _sampler_from_spec(spec):
-    kind = spec["kind"]
-    if kind == "sequential":
-        return R.SequentialSampler(int(spec["n"]), int(spec["batch_size"]), spec["drop_last"])
-    if kind == "shuffled":
-        return R.ShuffledSampler(int(spec["n"]), int(spec["batch_size"]), int(spec["seed"]),
-                                 spec["drop_last"])
-    if kind == "mixing":
-        sources = [(int(s["start"]), int(s["size"]), _f64_from_hex(s["share"]))
-                   for s in spec["sources"]]
-        return R.MixingSampler(sources, int(spec["batch_size"]), int(spec["steps_per_epoch"]),
-                               int(spec["seed"]))
-    if kind == "bucketed":
-        return R.BucketedSampler([int(v) for v in spec["lengths"]], int(spec["batch_size"]),
-                                 int(spec["pool_batches"]), int(spec["seed"]))
-    raise AssertionError(kind)
-
-
-def _f64_from_hex(h: str) -> float:
-    return struct.unpack("<d", struct.pack("<Q", int(h, 16)))[0]
-
-
 def _sampler_case(name, pins, spec, epochs):
-    s = _sampler_from_spec(spec)
+    s = codec.build_sampler(R, spec)
     out = {"steps_per_epoch": S(s.steps_per_epoch), "batch_size": S(s.batch_size),
            "epochs": [{"epoch": S(e),
                        "batches": [[S(i) for i in s.indices(e, k)] for k in range(s.steps_per_epoch)]}
@@ -416,7 +368,7 @@ def build_samplers() -> dict:
     ]
     for name, pins, spec, call in errors:
         try:
-            s = _sampler_from_spec(spec)
+            s = codec.build_sampler(R, spec)
             if call is not None:
                 s.indices(int(call[0]), int(call[1]))
             raise AssertionError(f"{name}: expected ValueError")
@@ -434,13 +386,7 @@ def build_samplers() -> dict:
 # ---------------------------------------------------------------------------
 
 def _aug_from_spec(spec):
-    if spec is None:
-        return None
-    if spec["kind"] == "gain_offset":
-        return R.gain_offset(_f64_from_hex(spec["gain"]), _f64_from_hex(spec["offset"]))
-    if spec["kind"] == "gaussian_noise":
-        return R.gaussian_noise(_f64_from_hex(spec["sigma"]))
-    raise AssertionError(spec)
+    return codec.build_augmentation(spec, {"gain_offset": R.gain_offset, "gaussian_noise": R.gaussian_noise})
 
 
 def _gain_offset_spec(gain=0.2, offset=0.1):
@@ -472,21 +418,6 @@ def _synth_from_spec(spec):
 def _explicit_samples(samples):
     return [{"image": f32_array(img, True), "target": i32_list(t), "label": int(l)}
             for img, t, l in samples]
-
-
-def _samples_from_explicit(lst):
-    out = []
-    for s in lst:
-        bits = np.array([int(h, 16) for h in s["image"]["values_f32"]], dtype=np.uint32)
-        img = bits.view(np.float32).reshape(s["image"]["shape"])
-        out.append((img, np.array(s["target"], dtype=np.int32), s["label"]))
-    return out
-
-
-def _batch_output(b, full):
-    return {"images": f32_array(b["images"], full), "widths": i32_list(b["widths"]),
-            "targets": i32_list(b["targets"]), "target_lengths": i32_list(b["target_lengths"]),
-            "labels": i32_list(b["labels"]), "indices": i32_list(b["indices"])}
 
 
 def _pixels(shape, rng):
@@ -529,7 +460,7 @@ def build_collate() -> dict:
                "width_multiple": S(kw.get("width_multiple", 1)),
                "pad_value": F64(kw.get("pad_value", 0.0)), "augmentation": aug_spec,
                "slot_offset": S(kw.get("slot_offset", 0))}
-        cases.append(case(name, pins, inp, _batch_output(b, True)))
+        cases.append(case(name, pins, inp, codec.encode_batch(b, True)))
 
     ds = _synth_spec(64, 8, 5, 40, 1, 3)
     get = _synth_from_spec(ds)
@@ -556,22 +487,20 @@ def build_collate() -> dict:
                "width_multiple": S(kw.get("width_multiple", 1)),
                "pad_value": F64(kw.get("pad_value", 0.0)), "augmentation": aug_spec,
                "slot_offset": "0"}
-        cases.append(case(name, pins, inp, _batch_output(b, False)))
+        cases.append(case(name, pins, inp, codec.encode_batch(b, False)))
     return {"section": "§4", "cases": cases}
 
 
 def _transform_from_spec(spec):
     if spec is None:
         return None
-    if spec["kind"] == "gain_offset_copy":
-        aug = R.gain_offset(_f64_from_hex(spec["gain"]), _f64_from_hex(spec["offset"]))
+    aug = codec.build_gain_offset_copy(spec, R.gain_offset)
 
-        def transform(sample, rng):
-            img = np.array(sample[0], dtype=np.float32, copy=True)
-            aug(img, rng)
-            return (img, sample[1], sample[2])
-        return transform
-    raise AssertionError(spec)
+    def transform(sample, rng):
+        img = np.array(sample[0], dtype=np.float32, copy=True)
+        aug(img, rng)
+        return (img, sample[1], sample[2])
+    return transform
 
 
 def build_stream() -> dict:
@@ -597,7 +526,7 @@ def build_stream() -> dict:
     configs.append(("shuffled_transform_and_noise", _shuf(40, 6, 11, False), loader2,
                     ["§1", "§4", "D12", "D14", "D17"]))
     for name, sspec, lspec, pins in configs:
-        sampler = _sampler_from_spec(sspec)
+        sampler = codec.build_sampler(R, sspec)
         S_ = sampler.steps_per_epoch
         steps = list(range(0, 2 * S_ + 2))
         for ws in (1, 2):
@@ -606,11 +535,11 @@ def build_stream() -> dict:
                 for rank in range(ws):
                     b = R.batch(get, sampler, int(lspec["seed"]), g,
                                 width_multiple=int(lspec["width_multiple"]),
-                                pad_value=_f64_from_hex(lspec["pad_value"]),
+                                pad_value=codec.from_f64_hex(lspec["pad_value"]),
                                 augmentation=_aug_from_spec(lspec["augmentation"]),
                                 transform=_transform_from_spec(lspec["transform"]),
                                 rank=rank, world_size=ws)
-                    o = _batch_output(b, False)
+                    o = codec.encode_batch(b, False)
                     o.update({"g": S(g), "rank": S(rank), "epoch": S(b["epoch"]), "step": S(b["step"])})
                     batches.append(o)
             cases.append(case(f"{name}_world_size_{ws}", pins,
@@ -739,15 +668,8 @@ def build_synthetic() -> dict:
 # writing
 # ---------------------------------------------------------------------------
 
-BUILDERS = {
-    "rng.json": build_rng,
-    "permutation.json": build_permutation,
-    "samplers.json": build_samplers,
-    "collate.json": build_collate,
-    "image.json": build_image,
-    "synthetic.json": build_synthetic,
-    "stream.json": build_stream,
-}
+# One builder per vector file, found by name: ``rng.json`` is written by ``build_rng``.
+BUILDERS = {name: globals()["build_" + name.removesuffix(".json")] for name in codec.VECTOR_FILES}
 
 
 def dumps(obj: dict) -> str:
@@ -769,7 +691,7 @@ def main(argv) -> int:
     check = "--check" in argv
     stale = []
     for name, text in build_all().items():
-        path = os.path.join(HERE, name)
+        path = os.path.join(VECTORS, name)
         old = None
         if os.path.exists(path):
             with open(path, encoding="utf-8") as fh:

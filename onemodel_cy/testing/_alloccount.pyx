@@ -74,5 +74,5 @@ def installed():
 def thread_allocated():
     """(bytes, allocation calls) requested on the calling thread since ``install()``."""
     if not om_is_installed():
-        raise RuntimeError("call onemodel_cy._alloccount.install() first")
+        raise RuntimeError("call onemodel_cy.testing._alloccount.install() first")
     return om_bytes(), om_calls()
