@@ -4,6 +4,7 @@ cdef class Sample:
     cdef readonly object image     # float32 ndarray [C, H, W]
     cdef readonly object target    # int32 ndarray [L], values >= 0
     cdef readonly object label     # int in int32 range
+    cdef bint _initialised         # set last by __init__ (image, target and label all valid)
 
 cdef class ArrayImageDataset:
     # Packed storage, so that the collator gathers without the GIL or a Python object per sample.
@@ -14,7 +15,9 @@ cdef class ArrayImageDataset:
     cdef cnp.ndarray _targets          # int32, every target back to back
     cdef cnp.ndarray _target_offsets   # int64 [count + 1]
     cdef cnp.ndarray _labels           # int32 [count]
+    cdef bint _initialised             # storage filled by __init__ (sealed: never writable again)
 
+    cdef int begin_init(self) except -1
     cdef _pack(self, list samples)
     cdef _set_storage(self, pixels, pixel_offsets, shapes, targets, target_offsets, labels)
     cpdef Sample get_sample(self, index)
