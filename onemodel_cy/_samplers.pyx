@@ -256,6 +256,8 @@ cdef class SequentialSampler(_RangeSampler):
         self._initialised = True
 
     def __repr__(self):
+        if not self._initialised:
+            return f"{type(self).__name__}(<never initialised>)"
         return f"SequentialSampler(n={self.n}, batch_size={self._batch_size}, drop_last={self.drop_last})"
 
     def __reduce__(self):
@@ -295,6 +297,8 @@ cdef class ShuffledSampler(_RangeSampler):
         self._initialised = True
 
     def __repr__(self):
+        if not self._initialised:
+            return f"{type(self).__name__}(<never initialised>)"
         return (f"ShuffledSampler(n={self.n}, batch_size={self._batch_size}, seed={self.seed}, "
                 f"drop_last={self.drop_last})")
 
@@ -373,6 +377,8 @@ cdef class MixingSampler(Sampler):
         return self._steps_per_epoch
 
     def __repr__(self):
+        if not self._initialised:
+            return f"{type(self).__name__}(<never initialised>)"
         return (f"MixingSampler(sources={list(self.sources)!r}, batch_size={self._batch_size}, "
                 f"steps_per_epoch={self._steps_per_epoch}, seed={self.seed})")
 
@@ -507,6 +513,8 @@ cdef class BucketedSampler(Sampler):
         return self._lengths.view()
 
     def __repr__(self):
+        if not self._initialised:
+            return f"{type(self).__name__}(<never initialised>)"
         return (f"BucketedSampler(lengths=<{self.n} lengths>, batch_size={self._batch_size}, "
                 f"pool_batches={self.pool_batches}, seed={self.seed})")
 
