@@ -24,6 +24,7 @@ cimport numpy as cnp
 import numpy as np
 from cpython.mem cimport PyMem_RawMalloc, PyMem_RawFree
 from libc.stdint cimport uintptr_t
+from libc.string cimport memcpy
 
 from onemodel_cy._validate cimport as_size, describe, checked_mul
 
@@ -383,7 +384,11 @@ cdef cnp.ndarray sealed_copy(object array, int typenum, str name):
     """A sealed C-contiguous copy of ``array`` (already of the right kind), read-only."""
     cdef cnp.ndarray source = np.asarray(array)
     cdef cnp.ndarray out = sealed_empty(cnp.PyArray_NDIM(source), cnp.PyArray_DIMS(source), typenum)
-    out[...] = source
+    if (cnp.PyArray_TYPE(source) == typenum and cnp.PyArray_IS_C_CONTIGUOUS(source)
+            and cnp.PyArray_ISNOTSWAPPED(source)):
+        memcpy(cnp.PyArray_DATA(out), cnp.PyArray_DATA(source), cnp.PyArray_NBYTES(out))   # a target per sample
+    else:
+        out[...] = source
     seal(out)
     return out
 

@@ -9,7 +9,7 @@ cimport numpy as cnp
 import numpy as np
 
 from onemodel_cy._typedefs cimport u64, u32
-from onemodel_cy._validate cimport as_u64, as_count, as_size
+from onemodel_cy._validate cimport as_u64, as_count, as_size, checked_mul
 
 cnp.import_array()
 
@@ -61,7 +61,10 @@ def derive(seed, epoch, step, slot, stream):
 
 
 cdef Py_ssize_t _bulk_size(object size) except -1:
-    return as_size(size, "size")
+    """``size`` of a bulk draw: an integer >= 0 whose 8-byte (at most) array fits in memory."""
+    cdef Py_ssize_t n = as_size(size, "size")
+    checked_mul(n, 8, "the bulk draw's array")
+    return n
 
 
 @cython.auto_pickle(False)     # pickled through __reduce__ (the constructor), never raw state
