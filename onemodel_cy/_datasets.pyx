@@ -14,8 +14,8 @@ cimport numpy as cnp
 import numpy as np
 
 from onemodel_cy._typedefs cimport u64, i64, i32
-from onemodel_cy._validate cimport (as_index, as_u64, as_size, describe, checked_mul, checked_add,
-                                    mul_overflows, add_overflows)
+from onemodel_cy._validate cimport (as_index, as_u64, as_size, as_integer_vector, describe,
+                                    checked_mul, checked_add, mul_overflows, add_overflows)
 from onemodel_cy._bufferpool cimport sealed_empty, sealed_copy, sealed_view, is_sealed, seal
 from onemodel_cy._rng cimport (derive_seed, draw_int, draw_single,
                                STREAM_SYNTH_SHAPE, STREAM_SYNTH_PIXELS)
@@ -43,9 +43,7 @@ cdef cnp.ndarray target_array(target, str where):
             and cnp.PyArray_NDIM(<cnp.ndarray>target) == 1):
         array = sealed_copy(target, cnp.NPY_INT32, where)
     else:
-        source = np.array(target, copy=True)        # private: checked values stay the values copied
-        if source.ndim != 1 or (source.dtype.kind not in "iu" and source.size):
-            raise TypeError(f"{where} must be a 1-D sequence of integers, received {describe(source)}")
+        source = as_integer_vector(target, where)     # private: checked values stay the values copied
         if source.size and (source.min() < 0 or source.max() >= INT32_LIMIT):
             raise ValueError(f"{where} values must lie in [0, 2**31), received min={source.min()}, "
                              f"max={source.max()}")

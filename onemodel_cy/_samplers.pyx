@@ -23,7 +23,7 @@ from libc.stdlib cimport malloc, free, qsort
 from libc.string cimport memcpy
 
 from onemodel_cy._typedefs cimport u64, i64
-from onemodel_cy._validate cimport as_u64, as_index, as_size, describe
+from onemodel_cy._validate cimport as_u64, as_index, as_size, as_real, as_integer_vector, describe
 from onemodel_cy._bufferpool cimport sealed_copy, sealed_empty, seal
 from onemodel_cy._rng cimport (derive_seed, draw_double, draw_int,
                                STREAM_EPOCH_ORDER, STREAM_MIXING, STREAM_BUCKET_ORDER,
@@ -134,11 +134,8 @@ cdef class Sampler:
         steps = as_size(self.steps_per_epoch, f"{type(self).__name__}.steps_per_epoch", 1)
         limit = as_size(self.batch_size, f"{type(self).__name__}.batch_size", 1)
         self.checked_step(epoch, step, steps)
-        result = self.indices(epoch, step)
         name = f"{type(self).__name__}.indices({epoch}, {step})"
-        array = np.asarray(result)
-        if array.ndim != 1 or (array.dtype.kind not in "iu" and array.size):
-            raise TypeError(f"{name} must return a 1-D array of integers, received {describe(array)}")
+        array = as_integer_vector(self.indices(epoch, step), name)
         if not 1 <= array.shape[0] <= limit:
             raise ValueError(f"{name} must return between 1 and batch_size = {limit} indices, "
                              f"received {array.shape[0]}")
@@ -413,12 +410,7 @@ cdef tuple parse_source(Py_ssize_t k, object source):
         raise TypeError(f"sources[{k}] must be a (start, size, share) triple, received {source!r}") from None
     start = as_index(start, f"sources[{k}].start")
     size = as_index(size, f"sources[{k}].size")
-    if isinstance(share, (str, bytes, bool)):
-        raise TypeError(f"sources[{k}].share must be a real number, received {share!r}")
-    try:
-        share = float(share)
-    except (TypeError, ValueError):
-        raise TypeError(f"sources[{k}].share must be a real number, received {share!r}") from None
+    share = as_real(share, f"sources[{k}].share")
     if start < 0 or size < 0 or start + size > INT64_MAX + 1:
         raise ValueError(f"sources[{k}] must have 0 <= start, 0 <= size, start + size <= 2**63, "
                          f"received start={start}, size={size}")
@@ -437,14 +429,7 @@ cdef cnp.ndarray lengths_array(object lengths):
     """``lengths`` checked (1-D integers in [0, 2**31), 1 <= n < 2**32) as a sealed int64
     copy: never the caller's own array, which the caller could edit (or whose flags the
     sampler would change)."""
-    array = np.asarray(lengths)
-    if array.ndim != 1:
-        raise TypeError(f"lengths must be a 1-D sequence of integers, received shape={array.shape}")
-    if array.dtype.kind not in "iu" and array.size:
-        for position, value in enumerate(lengths):
-            as_index(value, f"lengths[{position}]")
-        # Integers too large for int64 (the range check below names them).
-        array = np.asarray(array.tolist(), dtype=object)
+    array = as_integer_vector(lengths, "lengths")
     n = array.shape[0]
     if not 1 <= n < (1 << 32):
         raise ValueError(f"lengths must hold between 1 and 2**32 - 1 entries, received {n}")
