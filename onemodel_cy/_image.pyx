@@ -116,7 +116,8 @@ def gray8_to_planar(src, mean, std, *, width=None, height=None, stride=None, out
     mean, std : float
         Rounded to float32 before use.
     out : float32 ndarray ``[1, H, W]``, optional
-        Written in place and returned.
+        Written in place and returned; must be writable, aligned and C-contiguous (a
+        misaligned view, e.g. float32 at an odd address, is refused with ``TypeError``).
     """
     return to_planar(src, 1, mean, std, width, height, stride, out)
 
@@ -131,6 +132,7 @@ def rgb8_to_planar(src, mean, std, *, width=None, height=None, stride=None, out=
     mean, std : float or three floats
         Per channel (R, G, B), rounded to float32 before use.
     out : float32 ndarray ``[3, H, W]``, optional
-        Written in place and returned.
+        Written in place and returned; must be writable, aligned and C-contiguous
+        (``TypeError`` otherwise, ``ValueError`` for another shape).
     """
     return to_planar(src, 3, mean, std, width, height, stride, out)

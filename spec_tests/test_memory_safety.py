@@ -281,6 +281,25 @@ def test_no_generated_setstate(om):
     assert len(out.split()) == 9
 
 
+def test_no_class_of_the_bottom_modules_has_generated_pickling():
+    """Class 3: pickling is decided per class (``auto_pickle(False)`` and, where it makes
+    sense, ``__reduce__`` through the constructor): no class of _rng, _permute, _samplers,
+    _datasets, _bufferpool or _image carries Cython's __reduce_cython__ /
+    __setstate_cython__."""
+    import importlib
+    found = []
+    for name in ("_rng", "_permute", "_samplers", "_datasets", "_bufferpool", "_image"):
+        module = importlib.import_module(f"onemodel_cy.{name}")
+        for cname, cls in vars(module).items():
+            if isinstance(cls, type) and cls.__module__ == module.__name__:
+                found.append(cname)
+                assert not hasattr(cls, "__setstate_cython__"), cname
+                assert not hasattr(cls, "__reduce_cython__"), cname
+    assert {"SampleRng", "Sampler", "SequentialSampler", "ShuffledSampler", "MixingSampler",
+            "BucketedSampler", "Sample", "ArrayImageDataset", "SyntheticLineImages", "BufferPool",
+            "Block"} <= set(found)
+
+
 def test_pickle_round_trips_through_the_constructors(om):
     """Class 3: samplers, datasets, samples and generators pickle by rebuilding through
     their validating constructors, and the copy gives the same batches, samples or draws."""
