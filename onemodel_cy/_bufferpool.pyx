@@ -26,7 +26,7 @@ from cpython.mem cimport PyMem_RawMalloc, PyMem_RawFree
 from libc.stdint cimport uintptr_t
 from libc.string cimport memcpy
 
-from onemodel_cy._validate cimport as_size, describe, checked_mul
+from onemodel_cy._validate cimport as_size, checked_mul
 
 cnp.import_array()
 
