@@ -353,6 +353,7 @@ def test_objects_made_by_new_alone_fail_cleanly(om):
     without __init__, raises a clear error when used (or works as an empty object),
     never crashes: run in a subprocess, since a NULL table read segfaulted."""
     out = run_isolated("""
+        import pickle
         def expect(fn, *errors):
             try:
                 fn()
@@ -379,9 +380,14 @@ def test_objects_made_by_new_alone_fail_cleanly(om):
         print(rng.next_u64() == om.SampleRng(0).next_u64())
         pool = om.BufferPool.__new__(om.BufferPool)
         print(pool.reserve(4096, 1) == 0, pool.stats()["bytes_held"] == 0)
+        from onemodel_cy._bufferpool import Block, SealedMemory
+        block = Block.__new__(Block)
+        print(block.nbytes, expect(lambda: pickle.dumps(block), TypeError))
+        del block
+        print(repr(SealedMemory.__new__(SealedMemory)), expect(lambda: SealedMemory(), TypeError))
     """)
     assert out.split() == ["ok", "ok", "ok", "True"] * 5 + ["0", "ok", "ok", "ok", "ok", "True"] * 2 + [
-        "ok", "ok", "True", "True", "True", "True"]
+        "ok", "ok", "True", "True", "True", "True", "0", "ok", "<SealedMemory>", "ok"]
 
 
 def test_failed_sample_init_leaves_nothing_half_set(om):
