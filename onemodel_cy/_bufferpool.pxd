@@ -1,5 +1,6 @@
 # §5 buffer pool: raw memory recycled when the last Python reference to it goes away.
 cimport cython
+cimport numpy as cnp
 from onemodel_cy._typedefs cimport u64
 
 cdef enum:
@@ -19,11 +20,13 @@ cdef class BufferPool:
     cdef Py_ssize_t _hits, _misses, _released, _dropped, _blocks_in_use, _reserved
     cdef Py_ssize_t _free_count[POOL_CLASSES]     # blocks waiting in each class
     cdef Py_ssize_t _class_in_use[POOL_CLASSES]   # blocks of each class held by callers
+    cdef bint _initialised
     cdef Block rent(self, size_t nbytes)
     cdef void give_back(self, RawBlock* raw) noexcept
     cdef Py_ssize_t blocks_fitting(self, int size_class) noexcept nogil
     cdef size_t free_bytes_below(self, int size_class) noexcept nogil
     cdef RawBlock* pop_free_below(self, int size_class) noexcept nogil
+    cdef int reserve_one(self, int size_class, size_t capacity, Py_ssize_t wanted) noexcept nogil
 
 cdef class Block:
     """One rented allocation; when the last reference goes, its memory returns to the pool."""
@@ -31,3 +34,16 @@ cdef class Block:
     cdef RawBlock* raw
     cdef char* data            # 64-byte aligned start of usable memory
     cdef readonly size_t nbytes
+
+
+cdef class SealedMemory:
+    """The base of a sealed array: memory (or an array) behind read-only arrays that
+    exposes no buffer and no attribute, so numpy can never make them writeable again."""
+    cdef void* data            # owned memory (PyMem_RawMalloc), or NULL when sealing ``owner``
+    cdef object owner          # the array whose memory a sealed view shows, or None
+
+cdef cnp.ndarray sealed_empty(int ndim, cnp.npy_intp* dims, int typenum)
+cdef cnp.ndarray sealed_copy(object array, int typenum, str name)
+cdef cnp.ndarray sealed_view(cnp.ndarray array)
+cdef bint is_sealed(object array)
+cdef void seal(cnp.ndarray array) noexcept

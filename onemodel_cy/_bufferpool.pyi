@@ -1,5 +1,5 @@
 # Type stubs for the compiled module onemodel_cy._bufferpool (§5 buffer pool).
-from typing import final
+from typing import SupportsIndex, final
 
 from typing_extensions import disjoint_base
 
@@ -9,9 +9,10 @@ DEFAULT_MAX_BYTES: int
 class BufferPool:
     @property
     def max_bytes(self) -> int: ...
-    def __init__(self, max_bytes: int = 268435456) -> None: ...
-    # Keys: hits, misses, returned, dropped, bytes_held, blocks_in_use, bytes_in_use.
-    def reserve(self, nbytes: int, count: int) -> int: ...
+    def __init__(self, max_bytes: SupportsIndex = 268435456) -> None: ...
+    # nbytes in [0, 2**48], count >= 0; returns how many blocks it allocated.
+    def reserve(self, nbytes: SupportsIndex, count: SupportsIndex) -> int: ...
+    # Keys: hits, misses, reserved, returned, dropped, bytes_held, blocks_in_use, bytes_in_use.
     def stats(self) -> dict[str, int]: ...
     def clear(self) -> None: ...
 
@@ -19,8 +20,11 @@ class BufferPool:
 class Block:
     @property
     def nbytes(self) -> int: ...
-    @property
-    def address(self) -> int: ...
+
+# The base of the package's sealed read-only arrays; not constructible from Python.
+@final
+class SealedMemory:
+    def __init__(self) -> None: ...
 
 # The prefetch window of one stream: fit(nbytes) holds `count` blocks of the largest size seen.
 @final

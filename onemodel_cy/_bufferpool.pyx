@@ -11,9 +11,24 @@ request's own class has at most 25 % slack). A request whose class is empty borr
 smallest larger free block rather than allocating; a small batch then holds a larger
 block while it lives. The pool keeps at most ``max_bytes`` of free memory; blocks
 returned beyond that are freed. Memory in use is bounded by what the caller keeps alive.
+
+:class:`SealedMemory` is the other memory home: storage a kernel reads without the GIL
+(packed datasets, sampler tables, a sample's target) lives in arrays whose base exposes
+no buffer, so no Python code can switch them back to writeable.
+
+Neither a pool nor a block pickles (they are process-local memory): pickling one is a
+``TypeError``.
 """
 cimport cython
+cimport numpy as cnp
+import numpy as np
+from cpython.mem cimport PyMem_RawMalloc, PyMem_RawFree
 from libc.stdint cimport uintptr_t
+from libc.string cimport memcpy
+
+from onemodel_cy._validate cimport as_size, checked_mul
+
+cnp.import_array()
 
 cdef extern from *:
     """
@@ -62,9 +77,15 @@ cdef size_t LARGEST = (<size_t>1) << 48     # far beyond any batch; keeps the cl
 
 
 cdef inline int class_of(size_t nbytes, size_t* rounded) noexcept nogil:
-    """Size class index and the rounded capacity: 4 KiB minimum, then quarter steps per power of two."""
+    """Size class index and the rounded capacity: 4 KiB minimum, then quarter steps per power of two.
+
+    -1 for ``nbytes > LARGEST``: below that bound every product and sum here (and
+    ``OVERHEAD + capacity``) is exact, so callers refuse larger requests first.
+    """
     cdef size_t top = 4096
     cdef int power = 12
+    if nbytes > LARGEST:
+        return -1
     if nbytes <= 4096:
         rounded[0] = 4096
         return 0
@@ -78,6 +99,7 @@ cdef inline int class_of(size_t nbytes, size_t* rounded) noexcept nogil:
     return 1 + (power - 12) * 4 + <int>(quarters - 5)
 
 
+@cython.auto_pickle(False)      # process-local memory: pickling is refused (TypeError)
 cdef class BufferPool:
     """Recycles batch memory (§5).
 
@@ -100,9 +122,10 @@ cdef class BufferPool:
             self._class_in_use[i] = 0
 
     def __init__(self, max_bytes=DEFAULT_MAX_BYTES):
-        if not isinstance(max_bytes, int) or max_bytes < 0:
-            raise ValueError(f"max_bytes must be a non-negative integer, received {max_bytes!r}")
-        self.max_bytes = max_bytes
+        if self._initialised:
+            raise RuntimeError("BufferPool.__init__ was already called on this pool; build a new BufferPool")
+        self.max_bytes = <size_t>as_size(max_bytes, "max_bytes")
+        self._initialised = True
 
     def __dealloc__(self):
         cdef int i
@@ -117,10 +140,10 @@ cdef class BufferPool:
         return f"BufferPool(max_bytes={self.max_bytes})"
 
     cdef Block rent(self, size_t nbytes):
-        if nbytes > LARGEST:
-            raise MemoryError(f"a batch buffer of {nbytes} bytes is beyond what the pool serves ({LARGEST})")
         cdef size_t capacity
         cdef int size_class = class_of(nbytes, &capacity)
+        if size_class < 0:
+            raise MemoryError(f"a batch buffer of {nbytes} bytes is beyond what the pool serves ({LARGEST})")
         # The block object first: once it holds the memory, its destruction returns it,
         # whatever fails afterwards.
         cdef Block block = Block.__new__(Block)
@@ -181,43 +204,52 @@ cdef class BufferPool:
         free blocks too small for ``nbytes`` are given up first when ``max_bytes`` is in
         the way. Returns how many blocks it allocated. The loader reserves its whole
         prefetch window at the largest batch size it has seen; smaller batches borrow
-        those blocks, so steady state never misses."""
-        if (not isinstance(nbytes, int) or not isinstance(count, int) or not 0 <= nbytes <= LARGEST
-                or count < 0):
-            raise ValueError(f"need 0 <= nbytes <= {LARGEST} and count >= 0 (integers), received "
-                             f"nbytes={nbytes!r}, count={count!r}")
+        those blocks, so steady state never misses.
+
+        Each block is checked against ``max_bytes`` and added under the pool's mutex, in
+        one step: streams sharing a pool and reserving at once never exceed it together.
+        """
+        cdef size_t size = <size_t>as_size(nbytes, "nbytes", 0, <Py_ssize_t>LARGEST)
+        cdef Py_ssize_t wanted = as_size(count, "count")
         cdef size_t capacity
-        cdef int size_class = class_of(nbytes, &capacity)
+        cdef int size_class = class_of(size, &capacity)
         cdef Py_ssize_t added = 0
-        cdef RawBlock* raw
-        cdef RawBlock* smaller
+        cdef int status
         while True:
-            smaller = NULL
             with self._mutex:
-                if self.blocks_fitting(size_class) >= count:
-                    break
-                if self._bytes_held + capacity > self.max_bytes:
-                    # Give up smaller free blocks only when that makes room.
-                    if self._bytes_held - self.free_bytes_below(size_class) + capacity > self.max_bytes:
-                        break
-                    smaller = self.pop_free_below(size_class)
-                    self._dropped += 1
-            if smaller != NULL:
-                block_free(smaller)
-                continue
-            raw = <RawBlock*>block_alloc(OVERHEAD + capacity)
-            if raw == NULL:
+                status = self.reserve_one(size_class, capacity, wanted)
+            if status == 0:
+                return added
+            if status < 0:
                 raise MemoryError(f"cannot allocate a batch buffer of {capacity} bytes")
-            raw.capacity = capacity
-            raw.size_class = size_class
-            with self._mutex:
-                raw.next = self._free[size_class]
-                self._free[size_class] = raw
-                self._free_count[size_class] += 1
-                self._bytes_held += capacity
-                self._reserved += 1
-            added += 1
-        return added
+            added += status - 1
+
+    cdef int reserve_one(self, int size_class, size_t capacity, Py_ssize_t wanted) noexcept nogil:
+        """One step of ``reserve`` (call with the mutex held): 0 when done, 1 after giving
+        up a smaller free block, 2 after adding a block, -1 when the allocation failed."""
+        cdef RawBlock* smaller
+        cdef RawBlock* raw
+        if self.blocks_fitting(size_class) >= wanted:
+            return 0
+        if self._bytes_held + capacity > self.max_bytes:
+            # Give up smaller free blocks only when that makes room.
+            if self._bytes_held - self.free_bytes_below(size_class) + capacity > self.max_bytes:
+                return 0
+            smaller = self.pop_free_below(size_class)
+            self._dropped += 1
+            block_free(smaller)
+            return 1
+        raw = <RawBlock*>block_alloc(OVERHEAD + capacity)
+        if raw == NULL:
+            return -1
+        raw.capacity = capacity
+        raw.size_class = size_class
+        raw.next = self._free[size_class]
+        self._free[size_class] = raw
+        self._free_count[size_class] += 1
+        self._bytes_held += capacity
+        self._reserved += 1
+        return 2
 
     cdef Py_ssize_t blocks_fitting(self, int size_class) noexcept nogil:
         """Blocks of ``size_class`` or larger, free or in use (call with the mutex held)."""
@@ -285,6 +317,7 @@ cdef class BufferPool:
 
 
 @cython.final
+@cython.auto_pickle(False)      # process-local memory: pickling is refused (TypeError)
 @cython.freelist(64)
 @cython.no_gc      # refers only to its pool, which refers to nothing: no cycle, and no
                    # tp_clear that could drop the pool before __dealloc__ gives memory back
@@ -294,10 +327,94 @@ cdef class Block:
             self.pool.give_back(self.raw)
             self.raw = NULL
 
-    @property
-    def address(self):
-        """Start of the block's memory (for tests of sharing)."""
-        return <uintptr_t>self.data
+
+# ---------------------------------------------------------------------------- sealed memory
+
+@cython.final
+@cython.auto_pickle(False)
+cdef class SealedMemory:
+    """Memory behind sealed read-only arrays (made only by this module's helpers).
+
+    numpy lets an array be made writeable again only when its final base offers a
+    writable buffer; this base offers no buffer and no attribute, so arrays over it stay
+    read-only for good, and the values checked when they were filled are the values a
+    GIL-free kernel reads.
+    """
+
+    def __cinit__(self):
+        self.data = NULL
+        self.owner = None
+
+    def __init__(self):
+        raise TypeError("SealedMemory cannot be built from Python; it backs the package's read-only arrays")
+
+    def __dealloc__(self):
+        if self.data != NULL:
+            PyMem_RawFree(self.data)
+            self.data = NULL
+
+    def __repr__(self):
+        return "<SealedMemory>"
+
+
+cdef cnp.ndarray sealed_empty(int ndim, cnp.npy_intp* dims, int typenum):
+    """A new C-contiguous array of ``dims`` over fresh sealed memory, still writable: fill
+    it, then ``seal`` it before any Python code sees it. ``ValueError`` when the size does
+    not fit, ``MemoryError`` when it cannot be allocated."""
+    cdef Py_ssize_t nbytes = cnp.PyArray_DescrFromType(typenum).itemsize
+    cdef int k
+    for k in range(ndim):
+        nbytes = checked_mul(nbytes, dims[k], "a sealed array's size")
+    cdef SealedMemory memory = SealedMemory.__new__(SealedMemory)
+    # PyMem_RawMalloc aligns to 16 bytes, enough for every dtype stored here.
+    memory.data = PyMem_RawMalloc(<size_t>nbytes if nbytes > 0 else 1)
+    if memory.data == NULL:
+        raise MemoryError(f"cannot allocate {nbytes} bytes of storage")
+    cdef cnp.ndarray array = cnp.PyArray_SimpleNewFromData(ndim, dims, typenum, memory.data)
+    cnp.set_array_base(array, memory)
+    return array
+
+
+cdef void seal(cnp.ndarray array) noexcept:
+    """Clear ``writeable`` on an array over sealed memory: from then on it is read-only for good."""
+    cnp.PyArray_CLEARFLAGS(array, cnp.NPY_ARRAY_WRITEABLE)
+
+
+cdef cnp.ndarray sealed_copy(object array, int typenum, str name):
+    """A sealed C-contiguous copy of ``array`` (already of the right kind), read-only."""
+    cdef cnp.ndarray source = np.asarray(array)
+    cdef cnp.ndarray out = sealed_empty(cnp.PyArray_NDIM(source), cnp.PyArray_DIMS(source), typenum)
+    if (cnp.PyArray_TYPE(source) == typenum and cnp.PyArray_IS_C_CONTIGUOUS(source)
+            and cnp.PyArray_ISNOTSWAPPED(source)):
+        memcpy(cnp.PyArray_DATA(out), cnp.PyArray_DATA(source), cnp.PyArray_NBYTES(out))   # a target per sample
+    else:
+        out[...] = source
+    seal(out)
+    return out
+
+
+cdef cnp.ndarray sealed_view(cnp.ndarray array):
+    """A read-only view of ``array``'s memory (same shape, strides, native dtype) that cannot
+    be made writeable: its base is a :class:`SealedMemory` holding ``array``."""
+    cdef SealedMemory memory = SealedMemory.__new__(SealedMemory)
+    memory.owner = array
+    cdef cnp.ndarray view = cnp.PyArray_New(np.ndarray, cnp.PyArray_NDIM(array), cnp.PyArray_DIMS(array),
+                                            cnp.PyArray_TYPE(array), cnp.PyArray_STRIDES(array),
+                                            cnp.PyArray_DATA(array), 0, 0, None)
+    cnp.set_array_base(view, memory)
+    return view
+
+
+cdef bint is_sealed(object array):
+    """Whether ``array`` is read-only over sealed memory (numpy points a view's base at the
+    first array that owns its memory, here the sealed array itself)."""
+    if type(array) is not np.ndarray or cnp.PyArray_ISWRITEABLE(<cnp.ndarray>array):
+        return False
+    base = cnp.get_array_base(<cnp.ndarray>array)
+    if type(base) is SealedMemory:
+        return True
+    return (type(base) is np.ndarray and not cnp.PyArray_ISWRITEABLE(<cnp.ndarray>base)
+            and type(cnp.get_array_base(<cnp.ndarray>base)) is SealedMemory)
 
 
 @cython.final
@@ -323,10 +440,8 @@ cdef class PoolWindow:
     cdef cython.pymutex _mutex
 
     def __init__(self, BufferPool pool not None, count):
-        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-            raise ValueError(f"count must be an integer >= 0, received {count!r}")
         self.pool = pool
-        self.count = count
+        self.count = as_size(count, "count")
         self.reserved = 0
 
     def __reduce__(self):

@@ -13,17 +13,20 @@ _Target = Sequence[SupportsIndex] | npt.NDArray[np.integer[Any]]
 @disjoint_base
 class PackedSource: ...
 
+
 @disjoint_base
 class Sample:
-    # float32 [C, H, W]
+    # float32 [C, H, W], read-only for good: a view of the caller's (aligned, native)
+    # memory, or an aligned copy of a misaligned or byte-swapped image.
     @property
     def image(self) -> npt.NDArray[np.float32]: ...
-    # int32 [L], values >= 0
+    # int32 [L], values >= 0: a sealed copy of the target given.
     @property
     def target(self) -> npt.NDArray[np.int32]: ...
     # int in the int32 range
     @property
     def label(self) -> int: ...
+    # Initialises once: a second call raises RuntimeError.
     def __init__(
         self, image: npt.NDArray[np.float32], target: _Target, label: SupportsIndex
     ) -> None: ...
@@ -38,6 +41,7 @@ class ArrayImageDataset(PackedSource):
     @property
     def count(self) -> int: ...
     # images: float32 arrays [C, H, W_i], or one float32 array [N, C, H, W].
+    # Initialises once: a second call raises RuntimeError.
     def __init__(
         self,
         images: Iterable[npt.NDArray[np.float32]] | npt.NDArray[np.float32],
@@ -45,12 +49,19 @@ class ArrayImageDataset(PackedSource):
         labels: Iterable[SupportsIndex],
     ) -> None: ...
     def __len__(self) -> int: ...
+    # Rebuilds through the constructor (a subclass defines its own).
+    def __reduce__(
+        self,
+    ) -> tuple[
+        type[ArrayImageDataset],
+        tuple[list[npt.NDArray[np.float32]], list[npt.NDArray[np.int32]], list[int]],
+    ]: ...
     def get_sample(self, index: SupportsIndex) -> Sample: ...
     def __getitem__(self, index: SupportsIndex, /) -> Sample: ...
     # int64 [count], a fresh copy
     @property
     def widths(self) -> npt.NDArray[np.int64]: ...
-    # int64 [count, 3] of (C, H, W), read-only
+    # int64 [count, 3] of (C, H, W), read-only for good (sealed storage)
     @property
     def shapes(self) -> npt.NDArray[np.int64]: ...
 

@@ -3,15 +3,20 @@
 A dataset is anything with ``len(ds)`` and a thread-safe ``ds.get_sample(i)`` returning
 the same :class:`Sample` for the same ``i`` (§1). :class:`ArrayImageDataset` packs its
 samples into a few flat arrays so that the collator reads them without the GIL.
-"""
-import operator
 
+Everything a GIL-free kernel reads is sealed (``_bufferpool.SealedMemory``): the packed
+storage, a sample's target and the view a sample gives of its image are read-only arrays
+that no Python code can make writeable again, and no object is initialised twice. None
+of these classes pickles its C state: each rebuilds through its validating constructor.
+"""
 cimport cython
 cimport numpy as cnp
 import numpy as np
 
 from onemodel_cy._typedefs cimport u64, i64, i32
-from onemodel_cy._validate cimport as_index, as_u64
+from onemodel_cy._validate cimport (as_index, as_u64, as_size, as_integer_vector, describe,
+                                    checked_mul, checked_add, mul_overflows, add_overflows)
+from onemodel_cy._bufferpool cimport sealed_empty, sealed_copy, sealed_view, is_sealed, seal
 from onemodel_cy._rng cimport (derive_seed, draw_int, draw_single,
                                STREAM_SYNTH_SHAPE, STREAM_SYNTH_PIXELS)
 
@@ -33,23 +38,25 @@ cdef class PackedSource:
 
 
 cdef cnp.ndarray target_array(target, str where):
+    """A sealed int32 copy of ``target``, checked after copying, so that no edit of the
+    caller's array (before or after) reaches a batch. Sealed input is kept as it is."""
     cdef cnp.ndarray array
-    if (type(target) is np.ndarray and cnp.PyArray_TYPE(<cnp.ndarray>target) == cnp.NPY_INT32
-            and cnp.PyArray_NDIM(<cnp.ndarray>target) == 1 and cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>target)):
-        # The common case (a dataset handing out its stored int32 arrays) stays in C;
-        # subclasses and other byte orders take the general route below.
-        array = target if cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>target) else np.ascontiguousarray(target)
-        if first_negative(<const i32*>cnp.PyArray_DATA(array), array.shape[0]) >= 0:
-            raise ValueError(f"{where} values must lie in [0, 2**31), received min={array.min()}")
-        return array
-    array = np.asarray(target)
-    if array.ndim != 1 or (array.dtype.kind not in "iu" and array.size):
-        raise TypeError(f"{where} must be a 1-D sequence of integers, received dtype={array.dtype}, "
-                        f"shape={(<object>array).shape}")
-    if array.size and (array.min() < 0 or array.max() >= INT32_LIMIT):
-        raise ValueError(f"{where} values must lie in [0, 2**31), received min={array.min()}, "
-                         f"max={array.max()}")
-    return np.ascontiguousarray(array, dtype=np.int32)
+    if (is_sealed(target) and cnp.PyArray_TYPE(<cnp.ndarray>target) == cnp.NPY_INT32
+            and cnp.PyArray_NDIM(<cnp.ndarray>target) == 1 and cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>target)
+            and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>target)):
+        array = target        # a dataset's own stored target: nobody can change it
+    elif (type(target) is np.ndarray and cnp.PyArray_TYPE(<cnp.ndarray>target) == cnp.NPY_INT32
+            and cnp.PyArray_NDIM(<cnp.ndarray>target) == 1):
+        array = sealed_copy(target, cnp.NPY_INT32, where)
+    else:
+        source = as_integer_vector(target, where)     # private: checked values stay the values copied
+        if source.size and (source.min() < 0 or source.max() >= INT32_LIMIT):
+            raise ValueError(f"{where} values must lie in [0, 2**31), received min={source.min()}, "
+                             f"max={source.max()}")
+        return sealed_copy(source.astype(np.int32), cnp.NPY_INT32, where)
+    if first_negative(<const i32*>cnp.PyArray_DATA(array), array.shape[0]) >= 0:
+        raise ValueError(f"{where} values must lie in [0, 2**31), received min={array.min()}")
+    return array
 
 
 cdef Py_ssize_t first_negative(const i32* values, Py_ssize_t n) noexcept nogil:
@@ -60,51 +67,95 @@ cdef Py_ssize_t first_negative(const i32* values, Py_ssize_t n) noexcept nogil:
     return -1
 
 
+cdef cnp.ndarray image_array(image):
+    """``image`` checked (float32 ``[C, H, W]``, every dimension >= 1) and held read-only:
+    a sealed view of the caller's memory, or an aligned native copy when numpy reports
+    the array misaligned or byte-swapped."""
+    if (not isinstance(image, np.ndarray) or cnp.PyArray_TYPE(<cnp.ndarray>image) != cnp.NPY_FLOAT32
+            or cnp.PyArray_NDIM(<cnp.ndarray>image) != 3):
+        raise TypeError(f"Sample.image must be a float32 ndarray [C, H, W], received {describe(image)}")
+    cdef cnp.ndarray array = <cnp.ndarray>image
+    cdef cnp.npy_intp* dims = cnp.PyArray_DIMS(array)
+    if dims[0] < 1 or dims[1] < 1 or dims[2] < 1:
+        raise ValueError(f"Sample.image dimensions must all be >= 1, received shape={image.shape}")
+    if not cnp.PyArray_ISNOTSWAPPED(array) or not cnp.PyArray_ISALIGNED(array):
+        return sealed_copy(array, cnp.NPY_FLOAT32, "Sample.image")   # the collator reads native, aligned float32
+    if is_sealed(array):
+        return array
+    return sealed_view(array)
+
+
+cdef int sample_ready(Sample sample) except -1:
+    if not sample._initialised:
+        raise RuntimeError("this Sample was never initialised (build it as Sample(image, target, label))")
+    return 0
+
+
+cdef int dataset_ready(ArrayImageDataset dataset) except -1:
+    if not dataset._initialised:
+        raise RuntimeError(f"this {type(dataset).__name__} was never initialised (its __init__ did not run)")
+    return 0
+
+
+@cython.auto_pickle(False)
 @cython.freelist(16)   # one is made per sample on the generic path
 cdef class Sample:
     """One training sample: ``image`` float32 ``[C, H, W]``, ``target`` int32 ``[L]``, ``label`` int.
 
+    Everything is checked before anything is stored, and a sample is initialised once.
+    ``image`` and ``target`` are read-only arrays that cannot be made writeable again.
+
     Parameters
     ----------
     image : numpy.ndarray
-        float32, 3-D, every dimension >= 1 (planar channels, as §4 expects); held as
-        given, except that a non-native byte order is converted to native.
+        float32, 3-D, every dimension >= 1 (planar channels, as §4 expects). Not copied:
+        ``Sample.image`` is a read-only view of the caller's memory (the collator copies
+        the pixels later, holding the sample, with bounds from the shape, which numpy
+        cannot change in place), so a caller who edits that memory meanwhile races only
+        with their own batch. A misaligned or byte-swapped array is copied into an
+        aligned native one.
     target : sequence of int
-        Symbol ids in [0, 2**31), possibly empty (the CTC target).
+        Symbol ids in [0, 2**31), possibly empty (the CTC target). Always copied, and
+        checked on the copy.
     label : int
         Class label in the int32 range.
     """
 
     def __init__(self, image, target, label):
-        if (not isinstance(image, np.ndarray) or cnp.PyArray_TYPE(<cnp.ndarray>image) != cnp.NPY_FLOAT32
-                or cnp.PyArray_NDIM(<cnp.ndarray>image) != 3):
-            kind = (f"ndarray of dtype={image.dtype}, shape={image.shape}"
-                    if isinstance(image, np.ndarray) else type(image).__name__)
-            raise TypeError(f"Sample.image must be a float32 ndarray [C, H, W], received {kind}")
-        cdef cnp.npy_intp* dims = cnp.PyArray_DIMS(<cnp.ndarray>image)
-        if dims[0] < 1 or dims[1] < 1 or dims[2] < 1:
-            raise ValueError(f"Sample.image dimensions must all be >= 1, received shape={image.shape}")
-        if not cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>image):
-            image = image.astype(np.float32)      # the collator copies native float32 bits
-        label = operator.index(label) if not isinstance(label, int) else label
-        if not -INT32_LIMIT <= label < INT32_LIMIT:
-            raise ValueError(f"Sample.label must lie in the int32 range, received {label}")
-        self.image = image
-        self.target = target_array(target, "Sample.target")
-        self.label = label
+        if self._initialised:
+            raise RuntimeError("Sample.__init__ was already called on this sample; build a new Sample")
+        # Validate first, assign last: a refused argument leaves nothing half-set.
+        cdef cnp.ndarray held_image = image_array(image)
+        cdef cnp.ndarray held_target = target_array(target, "Sample.target")
+        held_label = as_index(label, "Sample.label")
+        if not -INT32_LIMIT <= held_label < INT32_LIMIT:
+            raise ValueError(f"Sample.label must lie in the int32 range, received {held_label}")
+        self.image, self.target, self.label = held_image, held_target, held_label
+        self._initialised = True
 
     def __repr__(self):
+        if not self._initialised:
+            return "Sample(<never initialised>)"
         return (f"Sample(image=<float32 {tuple(self.image.shape)}>, target={self.target.tolist()!r}, "
                 f"label={self.label})")
 
     def __iter__(self):
+        sample_ready(self)
         return iter((self.image, self.target, self.label))
 
     def __reduce__(self):
+        sample_ready(self)
         return (Sample, (self.image, self.target, self.label))
 
 
-cdef class ArrayImageDataset:
+cdef cnp.ndarray sealed_vector(Py_ssize_t n, int typenum):
+    cdef cnp.npy_intp dims[1]
+    dims[0] = n
+    return sealed_empty(1, dims, typenum)
+
+
+@cython.auto_pickle(False)
+cdef class ArrayImageDataset(PackedSource):
     """In-memory dataset, the loader's fast path: whole batches are gathered without the GIL.
 
     Parameters
@@ -116,10 +167,31 @@ cdef class ArrayImageDataset:
     labels : sequence of int
         One per image, in the int32 range.
 
-    ``get_sample(i)`` returns read-only views into the storage (no copy).
+    ``get_sample(i)`` returns read-only views into the storage (no copy). The storage is
+    sealed (no array over it can be made writeable) and filled once: a second
+    ``__init__`` is refused, since workers may be copying from it.
     """
 
+    def __cinit__(self, *args, **kwargs):
+        # Empty storage until __init__ fills it: an object made by __new__ alone holds
+        # no sample, so every index is out of range instead of a read through NULL.
+        cdef cnp.npy_intp dims[2]
+        dims[0] = 0
+        dims[1] = 3
+        self._pixels = sealed_vector(0, cnp.NPY_FLOAT32)
+        self._pixel_offsets = sealed_vector(0, cnp.NPY_INT64)
+        self._shapes = sealed_empty(2, dims, cnp.NPY_INT64)
+        self._targets = sealed_vector(0, cnp.NPY_INT32)
+        self._target_offsets = sealed_vector(1, cnp.NPY_INT64)
+        (<i64*>cnp.PyArray_DATA(self._target_offsets))[0] = 0
+        self._labels = sealed_vector(0, cnp.NPY_INT32)
+        for array in (self._pixels, self._pixel_offsets, self._shapes, self._targets,
+                      self._target_offsets, self._labels):
+            seal(array)
+        self.count = 0
+
     def __init__(self, images, targets, labels):
+        self.begin_init()
         if isinstance(images, np.ndarray) and images.ndim == 4:
             images = list(images)
         images = list(images)
@@ -133,31 +205,60 @@ cdef class ArrayImageDataset:
         samples = [Sample(image, target, label) for image, target, label in zip(images, targets, labels)]
         self._pack(samples)
 
+    cdef int begin_init(self) except -1:
+        if self._initialised:
+            raise RuntimeError(f"{type(self).__name__}.__init__ was already called on this dataset "
+                               f"(workers may be reading its storage); build a new dataset")
+        return 0
+
     cdef _pack(self, list samples):
-        self.count = len(samples)
-        shapes = np.array([s.image.shape for s in samples], dtype=np.int64).reshape(self.count, 3)
-        sizes = shapes.prod(axis=1)
-        offsets = np.zeros(self.count + 1, dtype=np.int64)
-        np.cumsum(sizes, out=offsets[1:])
-        pixels = np.empty(int(offsets[self.count]), dtype=np.float32)
-        for i, s in enumerate(samples):
-            pixels[offsets[i]:offsets[i + 1]] = s.image.ravel()
-        target_offsets = np.zeros(self.count + 1, dtype=np.int64)
-        np.cumsum([len(s.target) for s in samples], out=target_offsets[1:])
-        flat_targets = (np.concatenate([s.target for s in samples]) if target_offsets[self.count]
-                        else np.empty(0, dtype=np.int32))
-        labels = np.array([s.label for s in samples], dtype=np.int32)
-        self._set_storage(pixels, offsets[:self.count].copy(), shapes, flat_targets, target_offsets, labels)
+        cdef Py_ssize_t n = len(samples), i, total = 0, total_targets = 0, size
+        cdef cnp.npy_intp dims[2]
+        dims[0] = n
+        dims[1] = 3
+        cdef cnp.ndarray shapes = sealed_empty(2, dims, cnp.NPY_INT64)
+        cdef cnp.ndarray offsets = sealed_vector(n, cnp.NPY_INT64)
+        cdef cnp.ndarray target_offsets = sealed_vector(n + 1, cnp.NPY_INT64)
+        cdef cnp.ndarray labels = sealed_vector(n, cnp.NPY_INT32)
+        cdef i64[:, ::1] shape_view = shapes
+        cdef i64[::1] offset_view = offsets, target_view = target_offsets
+        cdef i32[::1] label_view = labels
+        cdef Sample s
+        target_view[0] = 0
+        for i in range(n):
+            s = samples[i]
+            c, h, w = s.image.shape
+            shape_view[i, 0], shape_view[i, 1], shape_view[i, 2] = c, h, w
+            # A view (np.broadcast_to) can claim far more pixels than memory holds.
+            size = checked_mul(checked_mul(c, h, "an image's pixel count"), w, "an image's pixel count")
+            offset_view[i] = total
+            total = checked_add(total, size, "the dataset's pixel count")
+            total_targets = checked_add(total_targets, s.target.shape[0], "the dataset's target count")
+            target_view[i + 1] = total_targets
+            label_view[i] = s.label
+        cdef cnp.ndarray pixels = sealed_vector(total, cnp.NPY_FLOAT32)
+        cdef cnp.ndarray flat_targets = sealed_vector(total_targets, cnp.NPY_INT32)
+        for i in range(n):
+            s = samples[i]
+            c, h, w = s.image.shape
+            pixels[offset_view[i]:offset_view[i] + c * h * w].reshape(c, h, w)[...] = s.image
+            flat_targets[target_view[i]:target_view[i + 1]] = s.target
+        self._set_storage(pixels, offsets, shapes, flat_targets, target_offsets, labels)
 
     cdef _set_storage(self, pixels, pixel_offsets, shapes, targets, target_offsets, labels):
+        """Seal and install storage built with ``sealed_empty``; the count is set last."""
         for array in (pixels, pixel_offsets, shapes, targets, target_offsets, labels):
-            array.flags.writeable = False
+            seal(array)
+            if not is_sealed(array):
+                raise AssertionError("dataset storage must be built over sealed memory")
         self._pixels = pixels
         self._pixel_offsets = pixel_offsets
         self._shapes = shapes
         self._targets = targets
         self._target_offsets = target_offsets
         self._labels = labels
+        self.count = labels.shape[0]
+        self._initialised = True
 
     def __len__(self):
         return self.count
@@ -167,7 +268,8 @@ cdef class ArrayImageDataset:
 
     cdef bint packed_view(self, PackedImages* view) except -1:
         # The packed storage is what get_sample serves, unless a subclass overrides it.
-        if getattr(type(self), "get_sample") is not STORAGE_GET_SAMPLE or self._pixels is None:
+        # (Storage is valid from __cinit__ on: empty, count 0, until __init__ fills it.)
+        if getattr(type(self), "get_sample") is not STORAGE_GET_SAMPLE:
             return False
         view.count = self.count
         view.pixels = <const float*>cnp.PyArray_DATA(self._pixels)
@@ -178,8 +280,17 @@ cdef class ArrayImageDataset:
         view.labels = <const i32*>cnp.PyArray_DATA(self._labels)
         return True
 
+    def __reduce__(self):
+        dataset_ready(self)
+        if type(self) is not ArrayImageDataset:
+            raise TypeError(f"{type(self).__name__} must define __reduce__ to be pickled")
+        samples = [self.get_sample(i) for i in range(self.count)]
+        return (ArrayImageDataset, ([s.image for s in samples], [s.target for s in samples],
+                                    [s.label for s in samples]))
+
     cpdef Sample get_sample(self, index):
         """Sample ``index`` (0 <= index < len), as read-only views of the packed storage."""
+        dataset_ready(self)
         i = as_index(index, "index")
         if not 0 <= i < self.count:
             raise IndexError(f"index must lie in [0, {self.count}), received {i}")
@@ -191,6 +302,7 @@ cdef class ArrayImageDataset:
         sample.image = image
         sample.target = target
         sample.label = int(self._labels[i])
+        sample._initialised = True
         return sample
 
     def __getitem__(self, index):
@@ -203,7 +315,8 @@ cdef class ArrayImageDataset:
 
     @property
     def shapes(self):
-        """``[count, 3]`` int64 array of (C, H, W) (a read-only view of the storage)."""
+        """``[count, 3]`` int64 array of (C, H, W) (a read-only view of the storage that
+        cannot be made writeable: the fast path trusts it)."""
         return self._shapes.view()
 
 
@@ -211,6 +324,7 @@ cdef class ArrayImageDataset:
 cdef object STORAGE_GET_SAMPLE = ArrayImageDataset.__dict__["get_sample"]
 
 
+@cython.auto_pickle(False)
 cdef class SyntheticLineImages(ArrayImageDataset):
     """Deterministic text-line-shaped samples, regenerable in any language (docs/contract.md).
 
@@ -225,7 +339,9 @@ cdef class SyntheticLineImages(ArrayImageDataset):
     count : int
         Number of samples, >= 1.
     height, min_width, max_width, channels : int
-        Geometry; ``1 <= min_width <= max_width``, ``height, channels >= 1``.
+        Geometry; ``1 <= min_width <= max_width``, ``height, channels >= 1``, each below
+        2**31. A pixel count that does not fit in memory is a ``ValueError`` before
+        anything is allocated.
     seed : int
         Dataset seed, reduced mod 2**64.
     """
@@ -233,67 +349,82 @@ cdef class SyntheticLineImages(ArrayImageDataset):
     cdef readonly u64 seed
 
     def __init__(self, count, height=32, min_width=64, max_width=256, channels=1, seed=0):
-        for name, value in (("count", count), ("height", height), ("min_width", min_width),
-                            ("max_width", max_width), ("channels", channels)):
-            v = as_index(value, name)
-            if not 1 <= v < INT32_LIMIT:
-                raise ValueError(f"{name} must be an integer in [1, 2**31), received {v}")
-        if min_width > max_width:
-            raise ValueError(f"min_width must be <= max_width, received min_width={min_width}, "
-                             f"max_width={max_width}")
-        self.count, self.height, self.channels = count, height, channels
-        self.min_width, self.max_width = min_width, max_width
-        self.seed = as_u64(seed, "seed")
-        self._generate()
+        self.begin_init()
+        cdef Py_ssize_t top = INT32_LIMIT - 1
+        cdef Py_ssize_t n = as_size(count, "count", 1, top), h = as_size(height, "height", 1, top)
+        cdef Py_ssize_t lo = as_size(min_width, "min_width", 1, top)
+        cdef Py_ssize_t hi = as_size(max_width, "max_width", 1, top)
+        cdef Py_ssize_t ch = as_size(channels, "channels", 1, top)
+        if lo > hi:
+            raise ValueError(f"min_width must be <= max_width, received min_width={lo}, "
+                             f"max_width={hi}")
+        cdef u64 key = as_u64(seed, "seed")
+        self._generate(n, h, lo, hi, ch, key)
 
     def __repr__(self):
         return (f"SyntheticLineImages(count={self.count}, height={self.height}, min_width="
                 f"{self.min_width}, max_width={self.max_width}, channels={self.channels}, seed={self.seed})")
 
     def __reduce__(self):
+        dataset_ready(self)
         return (SyntheticLineImages, (self.count, self.height, self.min_width, self.max_width,
                                       self.channels, self.seed))
 
-    cdef _generate(self):
-        cdef Py_ssize_t n = self.count, i, k, plane = self.channels * self.height
-        cdef cnp.ndarray shapes = np.empty((n, 3), dtype=np.int64)
-        cdef cnp.ndarray target_offsets = np.zeros(n + 1, dtype=np.int64)
-        cdef cnp.ndarray labels = np.empty(n, dtype=np.int32)
+    cdef _generate(self, Py_ssize_t n, Py_ssize_t height, Py_ssize_t min_width, Py_ssize_t max_width,
+                   Py_ssize_t channels, u64 seed):
+        cdef Py_ssize_t i, k, plane = checked_mul(channels, height, "SyntheticLineImages channels * height")
+        cdef cnp.npy_intp dims[2]
+        dims[0] = n
+        dims[1] = 3
+        cdef cnp.ndarray shapes = sealed_empty(2, dims, cnp.NPY_INT64)
+        cdef cnp.ndarray target_offsets = sealed_vector(n + 1, cnp.NPY_INT64)
+        cdef cnp.ndarray labels = sealed_vector(n, cnp.NPY_INT32)
+        cdef cnp.ndarray pixel_offsets = sealed_vector(n, cnp.NPY_INT64)
         cdef i64[:, ::1] shape_view = shapes
-        cdef i64[::1] toff = target_offsets
-        cdef u64 state, span = <u64>(self.max_width - self.min_width + 1)
+        cdef i64[::1] toff = target_offsets, poff = pixel_offsets
+        cdef u64 state, span = <u64>(max_width - min_width + 1)
         cdef i64 width, length
-        # Pass 1: widths and target lengths (the symbols are drawn and dropped).
+        cdef Py_ssize_t npix, total = 0, targets_total = 0
+        cdef bint overflow = False
+        # Pass 1: widths, target lengths (the symbols are drawn and dropped) and the
+        # offsets, every product and sum checked: a wrapped count would store too few pixels.
         with nogil:
+            toff[0] = 0
             for i in range(n):
-                state = derive_seed(self.seed, 0, <u64>i, 0, STREAM_SYNTH_SHAPE)
-                width = self.min_width + <i64>draw_int(&state, span)
+                state = derive_seed(seed, 0, <u64>i, 0, STREAM_SYNTH_SHAPE)
+                width = min_width + <i64>draw_int(&state, span)
                 length = 1 + <i64>draw_int(&state, <u64>max(1, width // 16))
-                shape_view[i, 0] = self.channels
-                shape_view[i, 1] = self.height
+                shape_view[i, 0] = channels
+                shape_view[i, 1] = height
                 shape_view[i, 2] = width
-                toff[i + 1] = toff[i] + length
-        cdef cnp.ndarray targets = np.empty(target_offsets[n], dtype=np.int32)
+                poff[i] = total
+                if (mul_overflows(plane, width, &npix) or add_overflows(total, npix, &total)
+                        or add_overflows(targets_total, length, &targets_total)):
+                    overflow = True
+                    break
+                toff[i + 1] = targets_total
+        if overflow:
+            raise ValueError(f"SyntheticLineImages of count={n}, channels={channels}, height={height}, "
+                             f"max_width={max_width} does not fit in memory: its pixel count exceeds 2**63 - 1")
+        cdef cnp.ndarray targets = sealed_vector(targets_total, cnp.NPY_INT32)
+        cdef cnp.ndarray pixels = sealed_vector(total, cnp.NPY_FLOAT32)   # MemoryError if it cannot be had
         cdef i32[::1] tview = targets
         cdef i32[::1] lview = labels
-        cdef cnp.ndarray pixel_offsets = np.zeros(n, dtype=np.int64)
-        cdef i64[::1] poff = pixel_offsets
-        for i in range(1, n):
-            poff[i] = poff[i - 1] + plane * shape_view[i - 1, 2]
-        cdef cnp.ndarray pixels = np.empty(poff[n - 1] + plane * shape_view[n - 1, 2], dtype=np.float32)
         cdef float* px = <float*>cnp.PyArray_DATA(pixels)
-        cdef Py_ssize_t p, npix
+        cdef Py_ssize_t p
         # Pass 2: symbols, labels and pixels.
         with nogil:
             for i in range(n):
-                state = derive_seed(self.seed, 0, <u64>i, 0, STREAM_SYNTH_SHAPE)
+                state = derive_seed(seed, 0, <u64>i, 0, STREAM_SYNTH_SHAPE)
                 draw_int(&state, span)
                 draw_int(&state, <u64>max(1, shape_view[i, 2] // 16))
                 for k in range(toff[i], toff[i + 1]):
                     tview[k] = 1 + <i32>draw_int(&state, 95)
                 lview[i] = <i32>draw_int(&state, 10)
-                state = derive_seed(self.seed, 0, <u64>i, 0, STREAM_SYNTH_PIXELS)
+                state = derive_seed(seed, 0, <u64>i, 0, STREAM_SYNTH_PIXELS)
                 npix = plane * shape_view[i, 2]
                 for p in range(npix):
                     px[poff[i] + p] = draw_single(&state)
+        self.height, self.min_width, self.max_width, self.channels, self.seed = (
+            height, min_width, max_width, channels, seed)
         self._set_storage(pixels, pixel_offsets, shapes, targets, target_offsets, labels)

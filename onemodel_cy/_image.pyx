@@ -1,8 +1,14 @@
-"""§6 image helpers: 8-bit pixels to planar float32, ``p * scale - bias`` with two roundings (D15)."""
+"""§6 image helpers: 8-bit pixels to planar float32, ``p * scale - bias`` with two roundings (D15).
+
+Errors follow the package rule: a source or ``out`` of the wrong dtype, number of
+dimensions or memory layout (not C-contiguous, misaligned, read-only) is a ``TypeError``;
+a shape, size or constant out of range is a ``ValueError``. Every size of a raw buffer is
+computed with overflow-checked arithmetic before any pixel is read.
+"""
 cimport numpy as cnp
 import numpy as np
 
-from onemodel_cy._validate cimport as_index
+from onemodel_cy._validate cimport as_size, describe, checked_mul, checked_add
 
 cnp.import_array()
 
@@ -23,41 +29,52 @@ cdef object channel_constants(values, Py_ssize_t channels, str name):
 
 cdef tuple source_layout(src, Py_ssize_t channels, width, height, stride):
     """An array whose data pointer is the first pixel, with (height, width, row stride in bytes)."""
-    cdef Py_ssize_t w, h, s
     if isinstance(src, np.ndarray) and width is None and height is None and stride is None:
-        expected = 2 if channels == 1 else 3
-        if src.dtype != np.uint8 or src.ndim != expected or (channels == 3 and src.shape[2] != 3):
-            want = "[H, W]" if channels == 1 else "[H, W, 3]"
-            raise ValueError(f"src must be a uint8 array {want}, received dtype={src.dtype}, shape={src.shape}")
-        if src.strides[1] != channels or (channels == 3 and src.strides[2] != 1) or src.strides[0] < src.shape[1] * channels:
-            src = np.ascontiguousarray(src)
-        # The array's data pointer is the first pixel; rows are strides[0] bytes apart.
-        return src, src.shape[0], src.shape[1], src.strides[0]
+        return array_layout(src, channels)
     if width is None or height is None:
         raise ValueError("a raw buffer needs width= and height= (and stride= in bytes if rows are padded)")
-    w = as_index(width, "width")
-    h = as_index(height, "height")
-    s = w * channels if stride is None else as_index(stride, "stride")
-    if w < 1 or h < 1:
-        raise ValueError(f"width and height must be >= 1, received width={w}, height={h}")
-    if s < w * channels:
-        raise ValueError(f"stride must be >= width * {channels} = {w * channels} bytes, received {s}")
+    cdef Py_ssize_t w = as_size(width, "width", 1), h = as_size(height, "height", 1)
+    cdef Py_ssize_t row = checked_mul(w, channels, "a row of the raw buffer (width * channels)")
+    cdef Py_ssize_t s = row if stride is None else as_size(stride, "stride")
+    if s < row:
+        raise ValueError(f"stride must be >= width * {channels} = {row} bytes, received {s}")
     flat = np.frombuffer(src, dtype=np.uint8)
-    need = (h - 1) * s + w * channels
+    # (h - 1) * stride + row, checked: a wrapped size would pass the length check below.
+    cdef Py_ssize_t need = checked_add(checked_mul(h - 1, s, "the raw buffer's size"), row,
+                                       "the raw buffer's size")
     if flat.shape[0] < need:
         raise ValueError(f"src holds {flat.shape[0]} bytes; width={w}, height={h}, stride={s} need {need}")
     return flat, h, w, s
 
 
+cdef tuple array_layout(src, Py_ssize_t channels):
+    """A uint8 ``[H, W]`` (gray) or ``[H, W, 3]`` (RGB) array, made C-contiguous if its rows are not."""
+    expected = 2 if channels == 1 else 3
+    want = "[H, W]" if channels == 1 else "[H, W, 3]"
+    if src.dtype != np.uint8 or src.ndim != expected:
+        raise TypeError(f"src must be a uint8 array {want}, received {describe(src)}")
+    if channels == 3 and src.shape[2] != 3:
+        raise ValueError(f"src must be a uint8 array {want}, received shape={src.shape}")
+    if (src.strides[1] != channels or (channels == 3 and src.strides[2] != 1)
+            or src.strides[0] < src.shape[1] * channels):
+        src = np.ascontiguousarray(src)
+    # The array's data pointer is the first pixel; rows are strides[0] bytes apart.
+    return src, src.shape[0], src.shape[1], src.strides[0]
+
+
 cdef cnp.ndarray output_of(out, Py_ssize_t channels, Py_ssize_t h, Py_ssize_t w):
+    """``out`` checked, or a new ``[channels, h, w]`` float32 array."""
+    checked_mul(checked_mul(checked_mul(channels, h, "the output's size"), w, "the output's size"),
+                sizeof(float), "the output's size")
     if out is None:
         return np.empty((channels, h, w), dtype=np.float32)
-    if (not isinstance(out, np.ndarray) or out.dtype != np.float32 or out.shape != (channels, h, w)
-            or not out.flags.c_contiguous or not out.flags.writeable):
-        got = (f"dtype={out.dtype}, shape={out.shape}, c_contiguous={out.flags.c_contiguous}, "
-               f"writeable={out.flags.writeable}" if isinstance(out, np.ndarray) else type(out).__name__)
-        raise ValueError(f"out must be a writable C-contiguous float32 array of shape "
-                         f"{(channels, h, w)}, received {got}")
+    want = f"a writable, aligned, C-contiguous native float32 array of shape {(channels, h, w)}"
+    if (not isinstance(out, np.ndarray) or out.dtype != np.float32 or out.ndim != 3
+            or not out.flags.c_contiguous or not out.flags.aligned or not out.flags.writeable):
+        # A misaligned float32 view is refused rather than written (misaligned stores).
+        raise TypeError(f"out must be {want}, received {describe(out)}")
+    if out.shape != (channels, h, w):
+        raise ValueError(f"out must be {want}, received shape={out.shape}")
     return out
 
 
@@ -99,7 +116,8 @@ def gray8_to_planar(src, mean, std, *, width=None, height=None, stride=None, out
     mean, std : float
         Rounded to float32 before use.
     out : float32 ndarray ``[1, H, W]``, optional
-        Written in place and returned.
+        Written in place and returned; must be writable, aligned and C-contiguous (a
+        misaligned view, e.g. float32 at an odd address, is refused with ``TypeError``).
     """
     return to_planar(src, 1, mean, std, width, height, stride, out)
 
@@ -114,6 +132,7 @@ def rgb8_to_planar(src, mean, std, *, width=None, height=None, stride=None, out=
     mean, std : float or three floats
         Per channel (R, G, B), rounded to float32 before use.
     out : float32 ndarray ``[3, H, W]``, optional
-        Written in place and returned.
+        Written in place and returned; must be writable, aligned and C-contiguous
+        (``TypeError`` otherwise, ``ValueError`` for another shape).
     """
     return to_planar(src, 3, mean, std, width, height, stride, out)

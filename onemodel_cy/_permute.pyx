@@ -3,7 +3,7 @@ cimport numpy as cnp
 import numpy as np
 
 from onemodel_cy._typedefs cimport u64, i64
-from onemodel_cy._validate cimport as_u64, as_count
+from onemodel_cy._validate cimport as_u64, as_count, checked_mul
 
 cnp.import_array()
 
@@ -42,6 +42,7 @@ def permutation(n, key):
     if size >= (<u64>1 << 63):
         raise ValueError(f"n must be below 2**63 for an int64 table, received {size}")
     cdef Permutation perm = permutation_of(size, as_u64(key, "key"))
+    checked_mul(<Py_ssize_t>size, sizeof(i64), "the permutation table")
     cdef cnp.ndarray out = np.empty(<Py_ssize_t>size, dtype=np.int64)
     cdef i64* dst = <i64*>cnp.PyArray_DATA(out)
     with nogil:

@@ -9,6 +9,15 @@ from typing_extensions import disjoint_base
 BUILT_WITH_CHECKS: bool
 # The named streams of §2 and of this package, name -> stream number.
 STREAMS: dict[str, int]
+# The same streams by name.
+STREAM_TRANSFORM: int  # 0
+STREAM_AUGMENTATION: int  # 1
+STREAM_SYNTH_SHAPE: int  # 2
+STREAM_SYNTH_PIXELS: int  # 3
+STREAM_EPOCH_ORDER: int  # 101
+STREAM_MIXING: int  # 102
+STREAM_BUCKET_ORDER: int  # 103
+STREAM_BUCKET_PLACE: int  # 104
 
 def mix(x: SupportsIndex) -> int: ...
 def derive(
@@ -21,7 +30,7 @@ def derive(
 
 @disjoint_base
 class SampleRng:
-    # cdef public u64: assignable with an int in [0, 2**64).
+    # A property over the C state: any integer assigned is reduced mod 2**64 (D3).
     state: int
     def __init__(self, state: SupportsIndex = 0) -> None: ...
     def __reduce__(self) -> tuple[type[SampleRng], tuple[int]]: ...

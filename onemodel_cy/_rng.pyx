@@ -9,7 +9,7 @@ cimport numpy as cnp
 import numpy as np
 
 from onemodel_cy._typedefs cimport u64, u32
-from onemodel_cy._validate cimport as_index, as_u64, as_count
+from onemodel_cy._validate cimport as_u64, as_count, as_size, checked_mul
 
 cnp.import_array()
 
@@ -30,6 +30,8 @@ STREAMS = {
     "STREAM_BUCKET_ORDER": STREAM_BUCKET_ORDER,
     "STREAM_BUCKET_PLACE": STREAM_BUCKET_PLACE,
 }
+# Each stream also by name (STREAM_TRANSFORM, ...), as ``_rng.pyi`` declares them.
+globals().update(STREAMS)
 
 
 def mix(x):
@@ -59,12 +61,13 @@ def derive(seed, epoch, step, slot, stream):
 
 
 cdef Py_ssize_t _bulk_size(object size) except -1:
-    n = as_index(size, "size")
-    if n < 0:
-        raise ValueError(f"size must be a non-negative integer, received {n}")
+    """``size`` of a bulk draw: an integer >= 0 whose 8-byte (at most) array fits in memory."""
+    cdef Py_ssize_t n = as_size(size, "size")
+    checked_mul(n, 8, "the bulk draw's array")
     return n
 
 
+@cython.auto_pickle(False)     # pickled through __reduce__ (the constructor), never raw state
 @cython.freelist(16)   # one is made per sample on the generic path
 cdef class SampleRng:
     """SplitMix64 generator of §2, holding one 64-bit ``state``.

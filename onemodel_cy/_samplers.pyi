@@ -8,13 +8,17 @@ from typing_extensions import disjoint_base
 
 @disjoint_base
 class Sampler:
-    @property
-    def batch_size(self) -> int: ...
-    @property
-    def steps_per_epoch(self) -> int: ...
+    # A Python subclass defines these two (attributes or properties) and indices(); on the
+    # base they raise NotImplementedError naming what to define.
+    batch_size: int
+    steps_per_epoch: int
     def batch_length(self, step: SupportsIndex) -> int: ...
-    def indices(self, epoch: SupportsIndex, step: SupportsIndex) -> npt.NDArray[np.int64]: ...
-    # out: writable, C-contiguous, 1-D int64 with room for the batch; returns the count written.
+    # A Python subclass overrides this: a 1-D sequence of 1..batch_size indices in [0, 2**63).
+    def indices(
+        self, epoch: SupportsIndex, step: SupportsIndex
+    ) -> npt.NDArray[np.int64] | Sequence[SupportsIndex]: ...
+    # out: writable, aligned, C-contiguous, 1-D native int64 with room for the batch;
+    # returns the count written.
     def indices_into(
         self, epoch: SupportsIndex, step: SupportsIndex, out: npt.NDArray[np.int64]
     ) -> int: ...
@@ -22,6 +26,10 @@ class Sampler:
 # Private base shared by SequentialSampler and ShuffledSampler.
 @disjoint_base
 class _RangeSampler(Sampler):
+    @property
+    def batch_size(self) -> int: ...
+    @property
+    def steps_per_epoch(self) -> int: ...
     @property
     def n(self) -> int: ...
     @property
@@ -50,6 +58,10 @@ class ShuffledSampler(_RangeSampler):
 @disjoint_base
 class MixingSampler(Sampler):
     @property
+    def batch_size(self) -> int: ...
+    @property
+    def steps_per_epoch(self) -> int: ...
+    @property
     def seed(self) -> int: ...
     # The parsed (start, size, share) of every source, in the order given.
     @property
@@ -67,6 +79,10 @@ class MixingSampler(Sampler):
 
 @disjoint_base
 class BucketedSampler(Sampler):
+    @property
+    def batch_size(self) -> int: ...
+    @property
+    def steps_per_epoch(self) -> int: ...
     @property
     def seed(self) -> int: ...
     @property

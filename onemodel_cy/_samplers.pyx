@@ -1,18 +1,30 @@
 """§3 samplers: pure functions of (epoch, step-in-epoch) giving a batch's dataset indices.
 
-Every sampler fills a caller's int64 buffer without the GIL (``indices_into``), which is
-what the loader's workers use; ``indices`` is the allocating convenience.
+The built-in samplers fill a caller's int64 buffer in C (``indices_into``, what the
+loader's workers use): Sequential writes its indices directly, Shuffled and Mixing run
+their kernels without the GIL, and Bucketed copies a slice of an epoch plan that it
+builds without the GIL. ``indices`` is the allocating convenience.
+
+:class:`Sampler` is also a base for samplers written in Python: define ``batch_size``,
+``steps_per_epoch`` and ``indices(epoch, step)``, and the base's ``indices_into`` and
+``batch_length`` (what the loader calls) check and copy what ``indices`` returns.
+
+No sampler pickles its C state: each rebuilds through its validating constructor
+(``__reduce__``), so a forged state is refused like a bad argument.
 """
+import copyreg
 import math
 import threading
 
+cimport cython
 cimport numpy as cnp
 import numpy as np
 from libc.stdlib cimport malloc, free, qsort
 from libc.string cimport memcpy
 
 from onemodel_cy._typedefs cimport u64, i64
-from onemodel_cy._validate cimport as_u64, as_count, as_index
+from onemodel_cy._validate cimport as_u64, as_index, as_size, as_real, as_integer_vector, describe
+from onemodel_cy._bufferpool cimport sealed_copy, sealed_empty, seal
 from onemodel_cy._rng cimport (derive_seed, draw_double, draw_int,
                                STREAM_EPOCH_ORDER, STREAM_MIXING, STREAM_BUCKET_ORDER,
                                STREAM_BUCKET_PLACE)
@@ -22,16 +34,48 @@ cnp.import_array()
 
 cdef object INT64_MAX = (1 << 63) - 1
 
+cdef str PYTHON_SAMPLER = ("a Python sampler (a subclass of Sampler) defines batch_size and steps_per_epoch "
+                           "(integers >= 1, as attributes or properties) and indices(epoch, step) returning "
+                           "a 1-D array of at most batch_size int64 dataset indices")
+
 
 cdef Py_ssize_t positive_int(object value, str name) except -1:
-    v = as_index(value, name)
-    if v < 1 or v > INT64_MAX:
-        raise ValueError(f"{name} must be a positive integer (>= 1), received {v}")
-    return v
+    return as_size(value, name, 1)
 
 
+class _Required:
+    """What ``Sampler`` says of an attribute a Python subclass has not defined (a non-data
+    descriptor: an instance attribute or a subclass property of the same name wins)."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        raise NotImplementedError(f"{type(obj).__name__} does not define {self.name}: {PYTHON_SAMPLER}")
+
+
+cdef int check_out(cnp.ndarray out) except -1:
+    """``out`` of ``indices_into``: a writable, aligned, C-contiguous 1-D int64 array."""
+    if (cnp.PyArray_TYPE(out) != cnp.NPY_INT64 or cnp.PyArray_NDIM(out) != 1
+            or not cnp.PyArray_IS_C_CONTIGUOUS(out) or not cnp.PyArray_ISALIGNED(out)
+            or not cnp.PyArray_ISWRITEABLE(out) or not cnp.PyArray_ISNOTSWAPPED(out)):
+        raise TypeError(f"out must be a writable, aligned, C-contiguous 1-D native int64 array, "
+                        f"received {describe(out)}")
+    return 0
+
+
+@cython.auto_pickle(False)
 cdef class Sampler:
-    """Base of the §3 samplers.
+    """Base of the §3 samplers, and of samplers written in Python.
+
+    A Python subclass defines ``batch_size`` and ``steps_per_epoch`` (integers >= 1, as
+    attributes or properties) and ``indices(epoch, step)`` returning a 1-D array (or
+    sequence) of at most ``batch_size`` dataset indices. The base's ``indices_into`` and
+    ``batch_length``, which the loader calls, then call ``indices`` and check what it
+    returns (integers in ``[0, 2**63)``, between 1 and ``batch_size`` of them); using a
+    subclass that defines none of these raises ``NotImplementedError`` naming them.
 
     Attributes
     ----------
@@ -40,33 +84,75 @@ cdef class Sampler:
     steps_per_epoch : int
         ``S``; global step ``g`` is epoch ``g // S``, step-in-epoch ``g % S``.
     """
-    cdef readonly Py_ssize_t batch_size
-    cdef readonly Py_ssize_t steps_per_epoch
+    cdef Py_ssize_t _batch_size
+    cdef Py_ssize_t _steps_per_epoch
+    cdef bint _initialised          # set last by a built-in constructor
+    cdef bint _python               # ``indices`` is a Python override: use it
+
+    batch_size = _Required("batch_size")
+    steps_per_epoch = _Required("steps_per_epoch")
+
+    def __cinit__(self, *args, **kwargs):
+        self._python = type(self).indices is not Sampler.indices
+
+    cdef int begin_init(self) except -1:
+        """Refuse a second ``__init__``: workers may be reading the sampler's tables."""
+        if self._initialised:
+            raise RuntimeError(f"{type(self).__name__}.__init__ was already called on this sampler; "
+                               f"build a new one")
+        return 0
+
+    cdef int check_ready(self) except -1:
+        if not self._initialised:
+            raise NotImplementedError(
+                f"{type(self).__name__} was never initialised: build a built-in sampler through its "
+                f"constructor; {PYTHON_SAMPLER}")
+        return 0
 
     cdef Py_ssize_t batch_length_of(self, Py_ssize_t step) noexcept nogil:
-        return self.batch_size
+        return self._batch_size
 
     cdef int fill(self, u64 epoch, Py_ssize_t step, i64* out) except -1:
         """Write the batch's indices to ``out`` (room for ``batch_length_of(step)``)."""
-        raise NotImplementedError
+        raise NotImplementedError(PYTHON_SAMPLER)
 
-    cdef Py_ssize_t checked_step(self, object epoch, object step) except -1:
+    cdef Py_ssize_t checked_step(self, object epoch, object step, Py_ssize_t steps) except -1:
         e = as_index(epoch, "epoch")
         if e < 0:
             raise ValueError(f"epoch must be a non-negative integer, received {e}")
         s = as_index(step, "step")
-        if not 0 <= s < self.steps_per_epoch:
-            raise ValueError(
-                f"step must lie in [0, steps_per_epoch) = [0, {self.steps_per_epoch}), received {s}")
+        if not 0 <= s < steps:
+            raise ValueError(f"step must lie in [0, steps_per_epoch) = [0, {steps}), received {s}")
         return s
+
+    cdef Py_ssize_t native_step(self, object epoch, object step) except -1:
+        self.check_ready()
+        return self.checked_step(epoch, step, self._steps_per_epoch)
+
+    cdef cnp.ndarray python_indices(self, object epoch, object step):
+        """What a Python subclass's ``indices`` returns, checked, as a C-contiguous int64 array."""
+        steps = as_size(self.steps_per_epoch, f"{type(self).__name__}.steps_per_epoch", 1)
+        limit = as_size(self.batch_size, f"{type(self).__name__}.batch_size", 1)
+        self.checked_step(epoch, step, steps)
+        name = f"{type(self).__name__}.indices({epoch}, {step})"
+        array = as_integer_vector(self.indices(epoch, step), name)
+        if not 1 <= array.shape[0] <= limit:
+            raise ValueError(f"{name} must return between 1 and batch_size = {limit} indices, "
+                             f"received {array.shape[0]}")
+        if array.min() < 0 or array.max() > INT64_MAX:
+            raise ValueError(f"{name} must return dataset indices in [0, 2**63), received "
+                             f"min={array.min()}, max={array.max()}")
+        return np.ascontiguousarray(array, dtype=np.int64)
 
     def batch_length(self, step):
         """Number of indices at ``step`` (``batch_size`` except a short last batch)."""
-        return self.batch_length_of(self.checked_step(0, step))
+        if self._python:
+            return self.python_indices(0, step).shape[0]
+        return self.batch_length_of(self.native_step(0, step))
 
     def indices(self, epoch, step):
         """The dataset indices of (epoch, step-in-epoch) as a new int64 array."""
-        cdef Py_ssize_t s = self.checked_step(epoch, step)
+        cdef Py_ssize_t s = self.native_step(epoch, step)
         cdef cnp.ndarray out = np.empty(self.batch_length_of(s), dtype=np.int64)
         self.fill(as_u64(epoch, "epoch"), s, <i64*>cnp.PyArray_DATA(out))
         return out
@@ -74,43 +160,80 @@ cdef class Sampler:
     def indices_into(self, epoch, step, cnp.ndarray out not None):
         """Write the indices of (epoch, step-in-epoch) into ``out``; return how many.
 
-        ``out`` must be a writable, C-contiguous, 1-D int64 array with room for the batch.
+        ``out`` must be a writable, aligned, C-contiguous, 1-D native int64 array
+        (``TypeError`` otherwise: a misaligned view is refused, not read) with room for
+        the batch (``ValueError`` otherwise).
         """
-        cdef Py_ssize_t s = self.checked_step(epoch, step)
-        cdef Py_ssize_t length = self.batch_length_of(s)
-        if (out.dtype != np.int64 or out.ndim != 1 or not out.flags.c_contiguous
-                or not out.flags.writeable or out.shape[0] < length):
-            raise ValueError(
-                f"out must be a writable C-contiguous 1-D int64 array of length >= {length}, "
-                f"received dtype={out.dtype}, shape={(<object>out).shape}, writeable={out.flags.writeable}")
-        self.fill(as_u64(epoch, "epoch"), s, <i64*>cnp.PyArray_DATA(out))
+        check_out(out)
+        cdef cnp.ndarray values
+        cdef Py_ssize_t s, length
+        if self._python:
+            values = self.python_indices(epoch, step)
+            length = values.shape[0]
+        else:
+            s = self.native_step(epoch, step)
+            length = self.batch_length_of(s)
+        if out.shape[0] < length:
+            raise ValueError(f"out must have room for the batch's {length} indices, received "
+                             f"{describe(out)}")
+        if self._python:
+            memcpy(cnp.PyArray_DATA(out), cnp.PyArray_DATA(values), length * sizeof(i64))
+        else:
+            self.fill(as_u64(epoch, "epoch"), s, <i64*>cnp.PyArray_DATA(out))
         return length
 
+    def __reduce__(self):
+        # A Python subclass keeps its state in its __dict__; the base holds none of it.
+        if self._initialised:
+            raise TypeError(f"{type(self).__name__} must define __reduce__ to be pickled")
+        return (copyreg.__newobj__, (type(self),), getattr(self, "__dict__", None))
 
+
+@cython.auto_pickle(False)
 cdef class _RangeSampler(Sampler):
     """Shared by the sequential and shuffled samplers: positions ``step*B + i`` of ``[0, n)``."""
     cdef readonly Py_ssize_t n
     cdef readonly bint drop_last
 
     def __init__(self, n, batch_size, drop_last):
-        self.n = positive_int(n, "n")
-        self.batch_size = positive_int(batch_size, "batch_size")
-        self.drop_last = bool(drop_last)
-        if self.drop_last:
-            if self.n < self.batch_size:
+        self.begin_init()
+        self.init_range(n, batch_size, drop_last)
+        self._initialised = True
+
+    cdef int init_range(self, n, batch_size, drop_last) except -1:
+        """Validate first, assign last: a refused argument leaves the sampler unusable, never half-built."""
+        cdef Py_ssize_t size = positive_int(n, "n"), B = positive_int(batch_size, "batch_size"), steps
+        cdef bint drop = bool(drop_last)
+        if drop:
+            if size < B:
                 raise ValueError(
                     f"with drop_last=True, n must be >= batch_size to give one batch, "
-                    f"received n={self.n}, batch_size={self.batch_size}")
-            self.steps_per_epoch = self.n // self.batch_size
+                    f"received n={size}, batch_size={B}")
+            steps = size // B
         else:
-            # D8: a short last batch holds the remaining positions.
-            self.steps_per_epoch = (self.n + self.batch_size - 1) // self.batch_size
+            # D8: a short last batch holds the remaining positions. ceil(n / B) without
+            # forming n + B - 1, which overflows for n near 2**63.
+            steps = size // B + (1 if size % B else 0)
+        self.n, self._batch_size, self._steps_per_epoch, self.drop_last = size, B, steps, drop
+        return 0
+
+    @property
+    def batch_size(self):
+        """``B``, the number of positions in a full batch."""
+        return self._batch_size
+
+    @property
+    def steps_per_epoch(self):
+        """``S``: ``n // B`` with drop-last, else ``ceil(n / B)``."""
+        return self._steps_per_epoch
 
     cdef Py_ssize_t batch_length_of(self, Py_ssize_t step) noexcept nogil:
-        cdef Py_ssize_t remaining = self.n - step * self.batch_size
-        return self.batch_size if remaining > self.batch_size else remaining
+        # step < S, so step * B <= n - 1 (no overflow).
+        cdef Py_ssize_t remaining = self.n - step * self._batch_size
+        return self._batch_size if remaining > self._batch_size else remaining
 
 
+@cython.auto_pickle(False)
 cdef class SequentialSampler(_RangeSampler):
     """Position ``p = step*B + i`` reads dataset index ``p`` (§3).
 
@@ -125,22 +248,28 @@ cdef class SequentialSampler(_RangeSampler):
     """
 
     def __init__(self, n, batch_size, drop_last=True):
-        super().__init__(n, batch_size, drop_last)
+        self.begin_init()
+        self.init_range(n, batch_size, drop_last)
+        self._initialised = True
 
     def __repr__(self):
-        return f"SequentialSampler(n={self.n}, batch_size={self.batch_size}, drop_last={self.drop_last})"
+        if not self._initialised:
+            return f"{type(self).__name__}(<never initialised>)"
+        return f"SequentialSampler(n={self.n}, batch_size={self._batch_size}, drop_last={self.drop_last})"
 
     def __reduce__(self):
-        return (SequentialSampler, (self.n, self.batch_size, self.drop_last))
+        self.check_ready()
+        return (SequentialSampler, (self.n, self._batch_size, self.drop_last))
 
     cdef int fill(self, u64 epoch, Py_ssize_t step, i64* out) except -1:
-        cdef Py_ssize_t i, start = step * self.batch_size
+        cdef Py_ssize_t i, start = step * self._batch_size
         cdef Py_ssize_t length = self.batch_length_of(step)
         for i in range(length):
             out[i] = start + i
         return 0
 
 
+@cython.auto_pickle(False)
 cdef class ShuffledSampler(_RangeSampler):
     """Position ``p`` of epoch ``e`` reads index ``perm(p)``, keyed by ``derive(seed, e, 0, 0, 101)`` (§3, D7).
 
@@ -158,18 +287,24 @@ cdef class ShuffledSampler(_RangeSampler):
     cdef readonly u64 seed
 
     def __init__(self, n, batch_size, seed, drop_last=True):
-        super().__init__(n, batch_size, drop_last)
-        self.seed = as_u64(seed, "seed")
+        self.begin_init()
+        cdef u64 key = as_u64(seed, "seed")
+        self.init_range(n, batch_size, drop_last)
+        self.seed = key
+        self._initialised = True
 
     def __repr__(self):
-        return (f"ShuffledSampler(n={self.n}, batch_size={self.batch_size}, seed={self.seed}, "
+        if not self._initialised:
+            return f"{type(self).__name__}(<never initialised>)"
+        return (f"ShuffledSampler(n={self.n}, batch_size={self._batch_size}, seed={self.seed}, "
                 f"drop_last={self.drop_last})")
 
     def __reduce__(self):
-        return (ShuffledSampler, (self.n, self.batch_size, self.seed, self.drop_last))
+        self.check_ready()
+        return (ShuffledSampler, (self.n, self._batch_size, self.seed, self.drop_last))
 
     cdef int fill(self, u64 epoch, Py_ssize_t step, i64* out) except -1:
-        cdef Py_ssize_t start = step * self.batch_size
+        cdef Py_ssize_t start = step * self._batch_size
         cdef Py_ssize_t length = self.batch_length_of(step)
         cdef Permutation perm = permutation_of(<u64>self.n,
                                                derive_seed(self.seed, epoch, 0, 0, STREAM_EPOCH_ORDER))
@@ -178,6 +313,7 @@ cdef class ShuffledSampler(_RangeSampler):
         return 0
 
 
+@cython.auto_pickle(False)
 cdef class MixingSampler(Sampler):
     """Each slot draws a source by share, then an index of that source, with replacement (§3, D9, D10).
 
@@ -195,37 +331,18 @@ cdef class MixingSampler(Sampler):
     """
     cdef readonly u64 seed
     cdef readonly tuple sources
-    cdef cnp.ndarray _starts, _sizes, _bounds   # the sources taking part, in order
+    cdef cnp.ndarray _starts, _sizes, _bounds   # sealed: the sources taking part, in order
     cdef Py_ssize_t _eligible
 
     def __init__(self, sources, batch_size, steps_per_epoch, seed):
-        self.batch_size = positive_int(batch_size, "batch_size")
-        self.steps_per_epoch = positive_int(steps_per_epoch, "steps_per_epoch")
-        self.seed = as_u64(seed, "seed")
-        parsed = []
-        for k, source in enumerate(sources):
-            try:
-                start, size, share = source
-            except (TypeError, ValueError):
-                raise TypeError(f"sources[{k}] must be a (start, size, share) triple, received {source!r}") from None
-            start = as_index(start, f"sources[{k}].start")
-            size = as_index(size, f"sources[{k}].size")
-            if isinstance(share, (str, bytes, bool)):
-                raise TypeError(f"sources[{k}].share must be a real number, received {share!r}")
-            try:
-                share = float(share)
-            except (TypeError, ValueError):
-                raise TypeError(f"sources[{k}].share must be a real number, received {share!r}") from None
-            if start < 0 or size < 0 or start + size > INT64_MAX + 1:
-                raise ValueError(f"sources[{k}] must have 0 <= start, 0 <= size, start + size <= 2**63, "
-                                 f"received start={start}, size={size}")
-            if not (share >= 0 and math.isfinite(share)):
-                raise ValueError(f"sources[{k}].share must be finite and >= 0, received {share}")
-            parsed.append((start, size, share))
-        self.sources = tuple(parsed)
+        self.begin_init()
+        cdef Py_ssize_t B = positive_int(batch_size, "batch_size")
+        cdef Py_ssize_t S = positive_int(steps_per_epoch, "steps_per_epoch")
+        cdef u64 key = as_u64(seed, "seed")
+        parsed = tuple(parse_source(k, source) for k, source in enumerate(sources))
         eligible = [(start, size, share) for start, size, share in parsed if share > 0 and size > 0]
         if not eligible:
-            raise ValueError(f"MixingSampler needs a source with share > 0 and size > 0, received {parsed!r}")
+            raise ValueError(f"MixingSampler needs a source with share > 0 and size > 0, received {list(parsed)!r}")
         total = 0.0
         for _, _, share in eligible:
             total += share
@@ -236,17 +353,35 @@ cdef class MixingSampler(Sampler):
         for _, _, share in eligible:
             cumulative += share / total
             bounds.append(cumulative)
-        self._starts = np.array([s[0] for s in eligible], dtype=np.int64)
-        self._sizes = np.array([s[1] for s in eligible], dtype=np.uint64)
-        self._bounds = np.array(bounds, dtype=np.float64)
+        # Sealed copies: draw_int(state, size) needs every size >= 1, so no Python code may
+        # edit these tables after they were checked.
+        starts = sealed_copy(np.array([s[0] for s in eligible], dtype=np.int64), cnp.NPY_INT64, "starts")
+        sizes = sealed_copy(np.array([s[1] for s in eligible], dtype=np.uint64), cnp.NPY_UINT64, "sizes")
+        bounds_array = sealed_copy(np.array(bounds, dtype=np.float64), cnp.NPY_FLOAT64, "bounds")
+        self._batch_size, self._steps_per_epoch, self.seed, self.sources = B, S, key, parsed
+        self._starts, self._sizes, self._bounds = starts, sizes, bounds_array
         self._eligible = len(eligible)
+        self._initialised = True
+
+    @property
+    def batch_size(self):
+        """``B``, the number of slots of every batch."""
+        return self._batch_size
+
+    @property
+    def steps_per_epoch(self):
+        """``S``, as given."""
+        return self._steps_per_epoch
 
     def __repr__(self):
-        return (f"MixingSampler(sources={list(self.sources)!r}, batch_size={self.batch_size}, "
-                f"steps_per_epoch={self.steps_per_epoch}, seed={self.seed})")
+        if not self._initialised:
+            return f"{type(self).__name__}(<never initialised>)"
+        return (f"MixingSampler(sources={list(self.sources)!r}, batch_size={self._batch_size}, "
+                f"steps_per_epoch={self._steps_per_epoch}, seed={self.seed})")
 
     def __reduce__(self):
-        return (MixingSampler, (list(self.sources), self.batch_size, self.steps_per_epoch, self.seed))
+        self.check_ready()
+        return (MixingSampler, (list(self.sources), self._batch_size, self._steps_per_epoch, self.seed))
 
     cdef int fill(self, u64 epoch, Py_ssize_t step, i64* out) except -1:
         cdef const i64* starts = <i64*>cnp.PyArray_DATA(self._starts)
@@ -256,14 +391,32 @@ cdef class MixingSampler(Sampler):
         cdef u64 state
         cdef double u
         with nogil:
-            for slot in range(self.batch_size):
+            for slot in range(self._batch_size):
                 state = derive_seed(self.seed, epoch, <u64>step, <u64>slot, STREAM_MIXING)
                 u = draw_double(&state)
                 k = 0
                 while k < last and not bounds[k] > u:
                     k += 1
+                # start + size <= 2**63 was checked, so the sum fits int64.
                 out[slot] = starts[k] + <i64>draw_int(&state, sizes[k])
         return 0
+
+
+cdef tuple parse_source(Py_ssize_t k, object source):
+    """``sources[k]`` as (start, size, share), or a clear error."""
+    try:
+        start, size, share = source
+    except (TypeError, ValueError):
+        raise TypeError(f"sources[{k}] must be a (start, size, share) triple, received {source!r}") from None
+    start = as_index(start, f"sources[{k}].start")
+    size = as_index(size, f"sources[{k}].size")
+    share = as_real(share, f"sources[{k}].share")
+    if start < 0 or size < 0 or start + size > INT64_MAX + 1:
+        raise ValueError(f"sources[{k}] must have 0 <= start, 0 <= size, start + size <= 2**63, "
+                         f"received start={start}, size={size}")
+    if not (share >= 0 and math.isfinite(share)):
+        raise ValueError(f"sources[{k}].share must be finite and >= 0, received {share}")
+    return (start, size, share)
 
 
 cdef int compare_u64(const void* a, const void* b) noexcept nogil:
@@ -272,6 +425,21 @@ cdef int compare_u64(const void* a, const void* b) noexcept nogil:
     return (x > y) - (x < y)
 
 
+cdef cnp.ndarray lengths_array(object lengths):
+    """``lengths`` checked (1-D integers in [0, 2**31), 1 <= n < 2**32) as a sealed int64
+    copy: never the caller's own array, which the caller could edit (or whose flags the
+    sampler would change)."""
+    array = as_integer_vector(lengths, "lengths")
+    n = array.shape[0]
+    if not 1 <= n < (1 << 32):
+        raise ValueError(f"lengths must hold between 1 and 2**32 - 1 entries, received {n}")
+    if array.min() < 0 or array.max() >= (1 << 31):
+        raise ValueError(f"every length must lie in [0, 2**31), received min={array.min()}, "
+                         f"max={array.max()}")
+    return sealed_copy(np.asarray(array, dtype=np.int64), cnp.NPY_INT64, "lengths")
+
+
+@cython.auto_pickle(False)
 cdef class BucketedSampler(Sampler):
     """Shuffle, sort pools of similar lengths, cut into batches, place batches by a permutation (§3, D11).
 
@@ -283,6 +451,7 @@ cdef class BucketedSampler(Sampler):
     ----------
     lengths : 1-D sequence of int
         Sort key of each dataset index, each in ``[0, 2**31)``; ``1 <= n < 2**32``.
+        Copied: the caller's array is neither kept nor changed.
     batch_size : int
         ``B`` >= 1, at most ``n``.
     pool_batches : int
@@ -292,48 +461,51 @@ cdef class BucketedSampler(Sampler):
     """
     cdef readonly u64 seed
     cdef readonly Py_ssize_t n, pool_batches
-    cdef cnp.ndarray _lengths
-    cdef list _plans          # [(epoch, int64 plan of S*B indices in step order)], most recent first
+    cdef cnp.ndarray _lengths     # sealed int64 copy
+    cdef tuple _plans             # ((epoch, sealed int64 plan of S*B indices in step order), ...), most recent first
     cdef object _lock
 
     def __init__(self, lengths, batch_size, pool_batches, seed):
-        array = np.asarray(lengths)
-        if array.ndim != 1:
-            raise TypeError(f"lengths must be a 1-D sequence of integers, received shape={array.shape}")
-        if array.dtype.kind not in "iu" and array.size:
-            for position, value in enumerate(lengths):
-                as_index(value, f"lengths[{position}]")
-            # Integers too large for int64 (the range check below names them).
-            array = np.asarray(array.tolist(), dtype=object)
-        self.n = array.shape[0]
-        if not 1 <= self.n < (1 << 32):
-            raise ValueError(f"lengths must hold between 1 and 2**32 - 1 entries, received {self.n}")
-        if array.min() < 0 or array.max() >= (1 << 31):
-            raise ValueError(f"every length must lie in [0, 2**31), received min={array.min()}, "
-                             f"max={array.max()}")
-        self._lengths = np.ascontiguousarray(array, dtype=np.int64)
-        self._lengths.flags.writeable = False
-        self.batch_size = positive_int(batch_size, "batch_size")
-        self.pool_batches = positive_int(pool_batches, "pool_batches")
-        self.seed = as_u64(seed, "seed")
-        if self.batch_size > self.n:
+        self.begin_init()
+        cdef cnp.ndarray table = lengths_array(lengths)
+        cdef Py_ssize_t n = table.shape[0]
+        cdef Py_ssize_t B = positive_int(batch_size, "batch_size")
+        cdef Py_ssize_t pools = positive_int(pool_batches, "pool_batches")
+        cdef u64 key = as_u64(seed, "seed")
+        if B > n:
             raise ValueError(f"batch_size must be <= n (always drop-last), received batch_size="
-                             f"{self.batch_size}, n={self.n}")
-        self.steps_per_epoch = self.n // self.batch_size
-        self._plans = []
+                             f"{B}, n={n}")
+        self._lengths, self.n, self._batch_size, self.pool_batches, self.seed = table, n, B, pools, key
+        self._steps_per_epoch = n // B
+        self._plans = ()
         self._lock = threading.Lock()
+        self._initialised = True
+
+    @property
+    def batch_size(self):
+        """``B``, the number of indices of every batch."""
+        return self._batch_size
+
+    @property
+    def steps_per_epoch(self):
+        """``S = n // batch_size``."""
+        return self._steps_per_epoch
 
     @property
     def lengths(self):
-        """The lengths (a read-only view: the plan depends on them)."""
+        """The lengths (a read-only view that cannot be made writeable: the plan depends on them)."""
+        self.check_ready()
         return self._lengths.view()
 
     def __repr__(self):
-        return (f"BucketedSampler(lengths=<{self.n} lengths>, batch_size={self.batch_size}, "
+        if not self._initialised:
+            return f"{type(self).__name__}(<never initialised>)"
+        return (f"BucketedSampler(lengths=<{self.n} lengths>, batch_size={self._batch_size}, "
                 f"pool_batches={self.pool_batches}, seed={self.seed})")
 
     def __reduce__(self):
-        return (BucketedSampler, (self._lengths, self.batch_size, self.pool_batches, self.seed))
+        self.check_ready()
+        return (BucketedSampler, (self._lengths, self._batch_size, self.pool_batches, self.seed))
 
     cdef cnp.ndarray plan(self, u64 epoch):
         with self._lock:
@@ -341,16 +513,17 @@ cdef class BucketedSampler(Sampler):
                 if cached_epoch == epoch:
                     return cached
             built = self.build_plan(epoch)
-            self._plans.insert(0, (epoch, built))
-            del self._plans[2:]
+            self._plans = ((epoch, built),) + self._plans[:1]
             return built
 
     cdef cnp.ndarray build_plan(self, u64 epoch):
-        cdef Py_ssize_t B = self.batch_size, S = self.steps_per_epoch
-        cdef Py_ssize_t kept = S * B
+        cdef Py_ssize_t B = self._batch_size, S = self._steps_per_epoch
+        cdef Py_ssize_t kept = S * B          # <= n < 2**32
         # B * pool_batches, computed so that a huge pool_batches cannot overflow.
         cdef Py_ssize_t pool = kept if self.pool_batches >= S else B * self.pool_batches
-        cdef cnp.ndarray result = np.empty(kept, dtype=np.int64)
+        cdef cnp.npy_intp dims[1]
+        dims[0] = kept
+        cdef cnp.ndarray result = sealed_empty(1, dims, cnp.NPY_INT64)
         cdef i64* plan = <i64*>cnp.PyArray_DATA(result)
         cdef const i64* lengths = <i64*>cnp.PyArray_DATA(self._lengths)
         cdef u64* keys = <u64*>malloc(kept * sizeof(u64))
@@ -376,10 +549,11 @@ cdef class BucketedSampler(Sampler):
                 for i in range(B):
                     plan[step * B + i] = <i64>(keys[t * B + i] & 0xFFFFFFFFULL)
         free(keys)
+        seal(result)
         return result
 
     cdef int fill(self, u64 epoch, Py_ssize_t step, i64* out) except -1:
         cdef cnp.ndarray plan = self.plan(epoch)
-        memcpy(out, <i64*>cnp.PyArray_DATA(plan) + step * self.batch_size,
-               self.batch_size * sizeof(i64))
+        memcpy(out, <i64*>cnp.PyArray_DATA(plan) + step * self._batch_size,
+               self._batch_size * sizeof(i64))
         return 0

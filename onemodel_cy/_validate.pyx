@@ -78,6 +78,34 @@ cdef str describe(object obj):
     return f"{type(obj).__name__}"
 
 
+cdef object as_integer_vector(object value, str name):
+    """``value`` as a new 1-D numpy array of integers, private to the caller (checked
+    values stay the values used). A sequence holding a non-integer is a ``TypeError``
+    naming the element; integers beyond int64 give an object array, so that the caller's
+    range check can name them. Ranges are the caller's."""
+    array = np.array(value, copy=True)
+    if array.ndim != 1:
+        raise TypeError(f"{name} must be a 1-D sequence of integers, received {describe(array)}")
+    if array.dtype.kind not in "iu" and array.size:
+        # The elements as given: numpy would have turned [1, 1.5] into [1.0, 1.5].
+        items = array.tolist() if isinstance(value, np.ndarray) else list(value)
+        for position, item in enumerate(items):
+            as_index(item, f"{name}[{position}]")
+        array = np.array(items, dtype=object)
+    return array
+
+
+cdef double as_real(object value, str name) except? -1:
+    """A real number as float64 (not rounded to float32; the caller checks its range);
+    bools, text and bytes are refused."""
+    if isinstance(value, (bool, str, bytes)):
+        raise TypeError(f"{name} must be a real number, received {value!r}")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a real number, received {value!r}") from None
+
+
 cdef Py_ssize_t checked_mul(Py_ssize_t a, Py_ssize_t b, str what) except? -1:
     """``a * b`` for sizes; ``ValueError`` naming ``what`` when it does not fit."""
     cdef Py_ssize_t out

@@ -582,8 +582,11 @@ def test_sample_refuses_bad_contents(om, image, target, label, error, fragment):
 
 
 def test_image_changed_after_sample_construction_is_refused(om):
-    """An image reshaped to 2-D or reinterpreted as int32 after the Sample was made is
-    refused at collation, naming the slot and the dataset index."""
+    """A Sample's image reshaped to 2-D or reinterpreted as int32 in place after the
+    Sample was made is refused at collation, naming the slot and the dataset index.
+    (Sealed storage: the Sample holds its own read-only view, so reshaping or retyping
+    the caller's array object no longer reaches the Sample at all; the sample then
+    collates as it was validated.)"""
     for change in ("shape", "dtype"):
         image = np.ones((1, 2, 4), np.float32)
         s = om.Sample(image, [1], 0)
@@ -591,6 +594,13 @@ def test_image_changed_after_sample_construction_is_refused(om):
             image.shape = (2, 4)
         else:
             image.dtype = np.int32
+        assert s.image.shape == (1, 2, 4) and s.image.dtype == np.float32
+        with om.ImageBatchCollator().collate([_sample(om, w=4), s], [0, 42], 0, 0, 0) as b:
+            assert b.images.shape == (2, 1, 2, 4) and np.all(b.images[1] == 1)
+        if change == "shape":
+            s.image.shape = (2, 4)
+        else:
+            s.image.dtype = np.int32
         with pytest.raises(TypeError) as e:
             om.ImageBatchCollator().collate([_sample(om, w=4), s], [0, 42], 0, 0, 0)
         _names_slot(e, 1, 42)
@@ -922,7 +932,10 @@ def test_target_changed_in_place_after_the_sample_is_refused(om):
     is refused at collation, naming the slot, instead of being read past its end."""
     target = np.array([1, 2, 3, 4], np.int32)
     sample = om.Sample(np.ones((1, 2, 3), np.float32), target, 0)
+    # Sealed storage: the Sample holds its own copy, so the caller's array no longer reaches it.
     target.dtype = np.int8
+    assert sample.target.dtype == np.int32 and sample.target.tolist() == [1, 2, 3, 4]
+    sample.target.dtype = np.int8
     with pytest.raises(TypeError, match="slot 0"):
         om.ImageBatchCollator().collate([sample], [0], 0, 0, 0)
 

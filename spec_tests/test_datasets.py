@@ -238,3 +238,28 @@ def test_storage_views_cannot_be_made_writeable(om):
         ds.shapes.flags.writeable = True
     with pytest.raises(ValueError):
         ds.get_sample(0).image.flags.writeable = True
+
+
+def test_sample_label_refuses_bools_and_takes_numpy_integers(om):
+    """The exception rule through _validate.as_index: a label is an integer (np.int64
+    included), never a bool (True was taken as 1 before); the error names the value."""
+    image = np.ones((1, 1, 2), np.float32)
+    assert om.Sample(image, [1], np.int64(-3)).label == -3
+    with pytest.raises(TypeError, match="True"):
+        om.Sample(image, [1], True)
+    with pytest.raises(TypeError, match="Sample.label"):
+        om.Sample(image, [1], 1.5)
+
+
+def test_sample_targets_of_every_integer_kind_are_copied_and_checked(om):
+    """A target given as a list, an int64 array, a uint8 array or a strided int32 view is
+    held as a sealed native int32 copy with the same values; an int32 array with a negative
+    value is refused on the copy, naming it."""
+    image = np.ones((1, 1, 2), np.float32)
+    for target in ([3, 1], np.array([3, 1], np.int64), np.array([3, 1], np.uint8),
+                   np.array([3, 0, 1], np.int32)[::2], np.array([3, 1], ">i4")):
+        s = om.Sample(image, target, 0)
+        assert s.target.dtype == np.int32 and s.target.dtype.isnative and s.target.tolist() == [3, 1]
+        assert not s.target.flags.writeable and s.target.flags.c_contiguous
+    with pytest.raises(ValueError, match="-4"):
+        om.Sample(image, np.array([2, -4], np.int32), 0)

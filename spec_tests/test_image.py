@@ -204,19 +204,21 @@ def test_out_is_reused(om):
 
 # --------------------------------------------------------------------------- refusals
 
-@pytest.mark.parametrize("fn_name, src, fragment", [
-    ("gray8_to_planar", np.zeros((2, 3), np.float32), "float32"),
-    ("gray8_to_planar", np.zeros((2, 3), np.int8), "int8"),
-    ("gray8_to_planar", np.zeros((2, 3, 1), np.uint8), "(2, 3, 1)"),
-    ("gray8_to_planar", np.zeros(6, np.uint8), "(6,)"),
-    ("rgb8_to_planar", np.zeros((2, 3, 4), np.uint8), "(2, 3, 4)"),
-    ("rgb8_to_planar", np.zeros((2, 3), np.uint8), "(2, 3)"),
-    ("rgb8_to_planar", np.zeros((2, 3, 3), np.uint16), "uint16"),
+@pytest.mark.parametrize("fn_name, src, error, fragment", [
+    ("gray8_to_planar", np.zeros((2, 3), np.float32), TypeError, "float32"),
+    ("gray8_to_planar", np.zeros((2, 3), np.int8), TypeError, "int8"),
+    ("gray8_to_planar", np.zeros((2, 3, 1), np.uint8), TypeError, "(2, 3, 1)"),
+    ("gray8_to_planar", np.zeros(6, np.uint8), TypeError, "(6,)"),
+    ("rgb8_to_planar", np.zeros((2, 3, 4), np.uint8), ValueError, "(2, 3, 4)"),
+    ("rgb8_to_planar", np.zeros((2, 3), np.uint8), TypeError, "(2, 3)"),
+    ("rgb8_to_planar", np.zeros((2, 3, 3), np.uint16), TypeError, "uint16"),
 ])
-def test_bad_arrays_are_refused(om, fn_name, src, fragment):
+def test_bad_arrays_are_refused(om, fn_name, src, error, fragment):
     """Gray8 takes uint8 [H, W]; Rgb8 takes uint8 [H, W, 3]; anything else is refused with
-    an error quoting the dtype or shape received."""
-    with pytest.raises((ValueError, TypeError)) as e:
+    an error quoting the dtype or shape received: a wrong dtype or number of dimensions is
+    a TypeError, a wrong channel count a ValueError (the package's exception rule; a wrong
+    dtype was a ValueError before)."""
+    with pytest.raises(error) as e:
         getattr(om, fn_name)(src, 0.0, 1.0)
     assert fragment in str(e.value)
 
@@ -288,10 +290,26 @@ def test_bad_per_channel_constants_are_refused(om):
 ])
 def test_bad_out_is_refused(om, out, fragment):
     """out must be a writable C-contiguous float32 array of the result's shape; the error
-    quotes what was received."""
-    with pytest.raises((ValueError, TypeError)) as e:
+    quotes what was received (a wrong shape is a ValueError, anything else a TypeError)."""
+    error = ValueError if fragment == "(1, 3, 5)" else TypeError
+    with pytest.raises(error) as e:
         om.gray8_to_planar(_bytes(0, (4, 5)), 0.0, 1.0, out=out)
     assert fragment in str(e.value)
+
+
+@pytest.mark.parametrize("fn_name, channels", [("gray8_to_planar", 1), ("rgb8_to_planar", 3)])
+def test_misaligned_out_is_refused(om, fn_name, channels):
+    """Issue 13 class 5: a float32 out at an odd address (numpy reports it not aligned) is
+    refused with a TypeError naming the layout, and left unwritten, instead of being
+    written with misaligned stores."""
+    n = channels * 2 * 3
+    buf = bytearray(4 * n + 1)
+    out = np.frombuffer(buf, dtype=np.float32, offset=1, count=n).reshape(channels, 2, 3)
+    assert not out.flags.aligned and out.flags.writeable
+    src = _bytes(1, (2, 3) if channels == 1 else (2, 3, 3))
+    with pytest.raises(TypeError, match="aligned=False"):
+        getattr(om, fn_name)(src, 0.0, 1.0, out=out)
+    assert bytes(buf) == bytes(len(buf))
 
 
 def test_read_only_out_is_refused(om):

@@ -351,10 +351,14 @@ def test_pool_never_holds_more_than_max_bytes(om, max_bytes, shapes, order):
 
 
 def test_pool_refuses_bad_max_bytes(om):
-    """max_bytes is a non-negative integer."""
-    for bad in (-1, 1.5, "1"):
-        with pytest.raises(ValueError):
+    """max_bytes is a non-negative integer: a negative one is a ValueError, a non-integer
+    (1.5, "1", True) a TypeError (the package's exception rule; these were ValueError)."""
+    with pytest.raises(ValueError, match="-1"):
+        om.BufferPool(max_bytes=-1)
+    for bad in (1.5, "1", True):
+        with pytest.raises(TypeError, match="max_bytes"):
             om.BufferPool(max_bytes=bad)
+    assert om.BufferPool(max_bytes=np.int64(4096)).max_bytes == 4096
 
 
 def test_pool_shared_by_threads(om):

@@ -134,3 +134,11 @@ def test_non_integers_are_type_errors(om, bad):
 def test_reference_vectorised_table_equals_loop(ref, n, key):
     """The oracle's numpy table equals its plain per-position loop."""
     assert ref.permutation_np(n, key).tolist() == ref.permutation(n, key)
+
+
+def test_table_too_large_for_memory_is_a_value_error(om):
+    """Issue 13 class 1: the table's byte count n * 8 is checked before allocating; a
+    table that cannot fit (n = 2**62: 2**65 bytes) is a ValueError naming it, not a wrapped
+    allocation."""
+    with pytest.raises(ValueError, match="permutation table"):
+        om.permutation(1 << 62, 0)

@@ -360,3 +360,34 @@ def test_a_bool_is_not_an_integer_argument(om):
     """Integer arguments take integers; True is refused as the oracle refuses it."""
     with pytest.raises(TypeError, match="True"):
         om.SampleRng(0).next_int(True)
+
+
+def test_bulk_size_too_large_for_memory_is_a_value_error(om):
+    """Issue 13 class 1: the bytes of a bulk draw are checked before allocating; a size
+    whose array cannot fit is a ValueError naming the array (not a wrapped size)."""
+    for draw in ("next_u64", "next_single", "next_double", "next_normal"):
+        with pytest.raises(ValueError, match="does not fit"):
+            getattr(om.SampleRng(0), draw)(size=1 << 62)
+    with pytest.raises(ValueError, match="does not fit"):
+        om.SampleRng(0).next_int(5, size=1 << 62)
+
+
+def test_named_streams_are_module_constants(om):
+    """§2 streams are visible by name in ``onemodel_cy._rng`` (and declared in its stub,
+    so type checkers see them), equal to the ``STREAMS`` table and the package's names."""
+    from onemodel_cy import _rng
+    assert _rng.STREAMS == {"STREAM_TRANSFORM": 0, "STREAM_AUGMENTATION": 1, "STREAM_SYNTH_SHAPE": 2,
+                            "STREAM_SYNTH_PIXELS": 3, "STREAM_EPOCH_ORDER": 101, "STREAM_MIXING": 102,
+                            "STREAM_BUCKET_ORDER": 103, "STREAM_BUCKET_PLACE": 104}
+    for name, value in _rng.STREAMS.items():
+        assert getattr(_rng, name) == value == getattr(om, name)
+
+
+def test_sample_rng_pickles_through_its_constructor(om):
+    """Issue 13 class 3: SampleRng pickles as SampleRng(state); Cython's generated
+    __setstate_cython__ (which wrote raw state with bounds checks off) does not exist."""
+    import pickle
+    rng = om.SampleRng(-1)
+    assert rng.__reduce__() == (om.SampleRng, ((1 << 64) - 1,))
+    assert pickle.loads(pickle.dumps(rng)).state == rng.state
+    assert not hasattr(rng, "__setstate_cython__")

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import example, given, settings, strategies as st
 
+import onemodel_cy
 import reference as R
 
 M64 = R.M64
@@ -452,3 +453,149 @@ def test_bucketed_lengths_cannot_be_edited(om):
     s = om.BucketedSampler([3, 1, 2, 5], 2, 1, 0)
     with pytest.raises(ValueError):
         s.lengths.flags.writeable = True
+
+
+# --------------------------------------------------------------------------- Python samplers
+
+class ReversedBlocks(onemodel_cy.Sampler):
+    """A Python sampler: steps of 3 indices of [0, 10), the last one short, each block reversed."""
+    batch_size = 3
+
+    def __init__(self):
+        self.steps_per_epoch = 4          # an instance attribute works as well as a class one
+
+    def indices(self, epoch, step):
+        start = 3 * step
+        return np.arange(min(start + 3, 10) - 1, start - 1, -1)
+
+
+def _python_sampler_class(om):
+    return ReversedBlocks
+
+
+def test_python_sampler_indices_into_and_batch_length(om):
+    """Architecture item 3: a Python subclass of Sampler that defines batch_size,
+    steps_per_epoch and indices() gets indices_into and batch_length from the base, which
+    call indices() and copy what it returns; steps outside [0, S) are refused as for the
+    built-in samplers."""
+    s = _python_sampler_class(om)()
+    out = np.full(3, -1, np.int64)
+    assert s.indices_into(0, 1, out) == 3 and out.tolist() == [5, 4, 3]
+    assert s.indices_into(5, 3, out) == 1 and out[:1].tolist() == [9]
+    assert [s.batch_length(k) for k in range(4)] == [3, 3, 3, 1]
+    with pytest.raises(ValueError, match=_received(4)):
+        s.indices_into(0, 4, out)
+    with pytest.raises(ValueError, match=_received(-1)):
+        s.batch_length(-1)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_python_sampler_through_a_data_loader(om, workers):
+    """Architecture item 3: a Python sampler drives a DataLoader end to end (the loader
+    calls batch_size, steps_per_epoch, batch_length and indices_into); with 0 and 2
+    workers every batch of the stream equals batch_at and holds the indices the sampler
+    gave."""
+    ds = om.SyntheticLineImages(10, height=2, min_width=3, max_width=6, seed=4)
+    loader = om.DataLoader(ds, _python_sampler_class(om)(), om.ImageBatchCollator(), seed=7,
+                           workers=workers)
+    assert loader.steps_per_epoch == 4
+    got = 0
+    with loader.iter(0, 8) as stream:
+        for g, batch in enumerate(stream):
+            with batch, loader.batch_at(g) as want:
+                assert batch.indices.tolist() == want.indices.tolist()
+                step = g % 4
+                assert batch.indices.tolist() == list(range(min(3 * step + 3, 10) - 1, 3 * step - 1, -1))
+                assert np.array_equal(batch.images.view(np.uint32), want.images.view(np.uint32))
+            got += 1
+    assert got == 8
+
+
+def test_python_sampler_missing_parts_are_named(om):
+    """Architecture item 3: a subclass that defines nothing (``class S(Sampler): pass``)
+    fails with NotImplementedError naming batch_size, steps_per_epoch and indices, also
+    when handed to a DataLoader (it failed with a step-range ValueError before)."""
+    class Nothing(om.Sampler):
+        pass
+
+    s = Nothing()
+    for use in (lambda: s.batch_size, lambda: s.steps_per_epoch, lambda: s.batch_length(0),
+                lambda: s.indices(0, 0), lambda: s.indices_into(0, 0, np.zeros(2, np.int64))):
+        with pytest.raises(NotImplementedError) as e:
+            use()
+        for name in ("batch_size", "steps_per_epoch", "indices"):
+            assert name in str(e.value)
+    ds = om.SyntheticLineImages(4, height=2, min_width=3, max_width=4)
+    with pytest.raises(NotImplementedError, match="steps_per_epoch"):
+        om.DataLoader(ds, s, om.ImageBatchCollator(), seed=0)
+
+
+@pytest.mark.parametrize("result, error, fragment", [
+    (np.array([1.5, 2.0]), TypeError, "received 1.5"),
+    (np.array([[1, 2]]), TypeError, "(1, 2)"),
+    (np.array([], np.int64), ValueError, "received 0"),
+    (np.arange(4), ValueError, "received 4"),
+    (np.array([1, -2]), ValueError, "min=-2"),
+    (np.array([2**63], np.uint64), ValueError, str(2**63)),
+    ("abc", TypeError, "<U3"),
+])
+def test_python_sampler_results_are_checked(om, result, error, fragment):
+    """Architecture item 3: what a Python sampler's indices() returns is checked before it
+    reaches the loader: a 1-D integer array of 1..batch_size indices in [0, 2**63)."""
+    class Bad(om.Sampler):
+        batch_size = 3
+        steps_per_epoch = 2
+
+        def indices(self, epoch, step):
+            return result
+
+    out = np.full(3, 7, np.int64)
+    with pytest.raises(error) as e:
+        Bad().indices_into(0, 0, out)
+    assert fragment in str(e.value)
+    assert out.tolist() == [7, 7, 7]          # nothing written
+
+
+def test_python_sampler_pickles_its_own_state(om):
+    """A Python sampler pickles through its __dict__ (the base holds none of its state)."""
+    import pickle
+    s = _python_sampler_class(om)()
+    s.steps_per_epoch = 3
+    again = pickle.loads(pickle.dumps(s))
+    assert type(again) is type(s) and again.steps_per_epoch == 3
+    out = np.zeros(3, np.int64)
+    assert again.indices_into(0, 2, out) == 3 and out.tolist() == [8, 7, 6]
+
+
+@pytest.mark.parametrize("kind", ["sequential", "shuffled", "mixing", "bucketed"])
+def test_indices_into_refuses_a_wrong_out_with_a_type_error(om, kind):
+    """Exception rule: an out of the wrong dtype, dimensions or layout (strided, read-only,
+    misaligned: numpy reports a float32 or int64 at an odd address as not aligned) is a
+    TypeError, never written; one too short is a ValueError (these were all ValueError)."""
+    s = _constructors(om)[kind][0]()
+    B = s.batch_size
+    read_only = np.zeros(B, np.int64)
+    read_only.flags.writeable = False
+    misaligned = np.frombuffer(bytearray(8 * B + 1), dtype=np.int64, offset=1, count=B)
+    assert not misaligned.flags.aligned
+    for bad in (np.zeros(B, np.float64), np.zeros(B, np.int32), np.zeros((1, B), np.int64),
+                np.zeros(2 * B, np.int64)[::2], read_only, misaligned, np.zeros(B, ">i8")):
+        with pytest.raises(TypeError, match="out must be"):
+            s.indices_into(0, 0, bad)
+    with pytest.raises(ValueError, match="room"):
+        s.indices_into(0, 0, np.zeros(B - 1, np.int64))
+
+
+def test_steps_per_epoch_near_2_63_without_drop_last(om):
+    """Issue 13 class 1: ceil(n / B) for n near 2**63 is computed without forming
+    n + B - 1 (which wrapped to a negative steps_per_epoch); the last batch is short."""
+    n = (1 << 63) - 1
+    for cls in (lambda: om.SequentialSampler(n, 2, drop_last=False),
+                lambda: om.ShuffledSampler(n, 2, 5, drop_last=False)):
+        s = cls()
+        assert s.steps_per_epoch == 1 << 62
+        assert s.batch_length(s.steps_per_epoch - 1) == 1
+        assert s.batch_length(0) == 2
+    last = om.SequentialSampler(n, 2, drop_last=False).indices(0, (1 << 62) - 1)
+    assert last.tolist() == [n - 1]
+    assert om.SequentialSampler(n, n, drop_last=False).steps_per_epoch == 1
