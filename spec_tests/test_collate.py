@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import reference as R
+from collate_helpers import pixels as _pixels
 from routes import gather, read
 
 M64 = R.M64
@@ -34,21 +35,6 @@ SYMBOLS = st.lists(st.integers(0, (1 << 31) - 1), max_size=5)
 
 
 # --------------------------------------------------------------------------- helpers
-
-def _pixels(seed, shape, special=False):
-    """Deterministic float32 pixels; with ``special`` some are -0.0, inf or NaN."""
-    gen = np.random.default_rng(seed)
-    image = (gen.standard_normal(shape, dtype=np.float32) * np.float32(3.0)).astype(np.float32)
-    if special and image.size:
-        flat = image.reshape(-1)
-        picks = gen.integers(0, flat.size, size=min(3, flat.size))
-        flat[picks[0]] = np.float32(-0.0)
-        if picks.size > 1:
-            flat[picks[1]] = np.float32(np.inf)
-        if picks.size > 2:
-            flat[picks[2]] = np.float32(np.nan)
-    return image
-
 
 @st.composite
 def batch_specs(draw, max_b=6, max_c=3, max_hw=40, max_pixels=None):
@@ -498,24 +484,6 @@ def test_collation_inside_an_augmentation_leaves_the_outer_batch_intact(om):
         got = batch.images[:, 0, 0, 0].tolist()
         assert got == [0.0, 1.0, 2.0, 3.0], got
         assert batch.labels.tolist() == [0, 1, 2, 3]
-
-
-def test_kept_scratch_is_not_reused(om):
-    """Our reading of the scratch of §4 under §5: an augmentation that keeps a reference to
-    its scratch keeps a private array; later samples never write into it."""
-    kept = []
-
-    def keep(image, rng):
-        image += np.float32(rng.next_single())
-        kept.append((image, image.copy()))
-
-    col = om.ImageBatchCollator(augmentation=keep)
-    samples = [om.Sample(_pixels(k, (1, 3, 4)), [], 0) for k in range(4)]
-    for step in range(5):
-        col.collate(samples, [0, 1, 2, 3], 0, 0, step).close()
-    assert len(kept) == 20
-    for image, snapshot in kept:
-        assert np.array_equal(image.view(np.uint32), snapshot.view(np.uint32))
 
 
 # --------------------------------------------------------------------------- errors
@@ -1003,23 +971,3 @@ def test_a_pickled_or_copied_batch_holds_equal_ordinary_arrays(om):
             assert other.nbytes == sum(getattr(other, name).nbytes for name in FIELDS)
     with pytest.raises(ValueError, match="closed"):
         pickle.dumps(b)
-
-
-def test_a_workspace_serves_one_collation_at_a_time(om):
-    """§5 per-worker workspace: handing a workspace that a collation is still using (here,
-    from inside that collation's augmentation) to a second collation is refused, so two
-    collations never share one slot table or scratch."""
-    from onemodel_cy._collate import Workspace
-    ws = Workspace(2)
-    samples = [om.Sample(_pixels(k, (1, 2, 3)), [k], k) for k in range(2)]
-    seen = []
-
-    def nested(image, rng):
-        try:
-            om.ImageBatchCollator().collate(samples, [0, 1], 0, 0, 0, workspace=ws)
-        except RuntimeError as error:
-            seen.append(str(error))
-
-    om.ImageBatchCollator(augmentation=nested).collate(samples, [0, 1], 0, 0, 0, workspace=ws).close()
-    assert seen and all("already in use" in text for text in seen)
-    om.ImageBatchCollator().collate(samples, [0, 1], 0, 0, 0, workspace=ws).close()   # free again

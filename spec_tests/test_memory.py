@@ -19,6 +19,7 @@ from hypothesis import given, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import onemodel_cy
+from collate_helpers import pixels as _pixels
 from routes import gather, read
 
 from onemodel_cy.conformance.codec import BATCH_FIELDS as FIELDS
@@ -243,6 +244,46 @@ def test_failed_collation_returns_its_memory(om):
             col.collate(_samples(om, 3), [0, 1, 2], 0, 0, 0)
     stats = pool.stats()
     assert stats["blocks_in_use"] == 0 and stats["bytes_in_use"] == 0
+
+
+# --------------------------------------------------------------------------- scratch and workspace
+
+def test_kept_scratch_is_not_reused(om):
+    """Our reading of the scratch of §4 under §5: an augmentation that keeps a reference to
+    its scratch keeps a private array; later samples never write into it."""
+    kept = []
+
+    def keep(image, rng):
+        image += np.float32(rng.next_single())
+        kept.append((image, image.copy()))
+
+    col = om.ImageBatchCollator(augmentation=keep)
+    samples = [om.Sample(_pixels(k, (1, 3, 4)), [], 0) for k in range(4)]
+    for step in range(5):
+        col.collate(samples, [0, 1, 2, 3], 0, 0, step).close()
+    assert len(kept) == 20
+    for image, snapshot in kept:
+        assert np.array_equal(image.view(np.uint32), snapshot.view(np.uint32))
+
+
+def test_a_workspace_serves_one_collation_at_a_time(om):
+    """§5 per-worker workspace: handing a workspace that a collation is still using (here,
+    from inside that collation's augmentation) to a second collation is refused, so two
+    collations never share one slot table or scratch."""
+    from onemodel_cy._collate import Workspace
+    ws = Workspace(2)
+    samples = [om.Sample(_pixels(k, (1, 2, 3)), [k], k) for k in range(2)]
+    seen = []
+
+    def nested(image, rng):
+        try:
+            om.ImageBatchCollator().collate(samples, [0, 1], 0, 0, 0, workspace=ws)
+        except RuntimeError as error:
+            seen.append(str(error))
+
+    om.ImageBatchCollator(augmentation=nested).collate(samples, [0, 1], 0, 0, 0, workspace=ws).close()
+    assert seen and all("already in use" in text for text in seen)
+    om.ImageBatchCollator().collate(samples, [0, 1], 0, 0, 0, workspace=ws).close()   # free again
 
 
 # --------------------------------------------------------------------------- closing
