@@ -5,6 +5,12 @@ The property tests compare the compiled collator with ``reference.collate`` bit 
 built-in GainOffset / GaussianNoise (docs/contract.md) and with a Python callable. The
 remaining tests pin the layout, the per-slot seeding, the equality of the fused built-in
 route with the scratch route, the refusals, and that the kernel runs without the GIL.
+
+Also here, because they drive the collator directly: the refusals of the two routes of the
+§1 fetch step (``routes.gather`` / ``routes.read``), and three concerns of the package:
+GIL release (DESIGN: kernels run inside ``with nogil``), worker pacing (the Python-stage
+baton) and the collator's repr. The §5 tests (pool, kept scratch, workspaces) live in
+``test_memory.py``.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import reference as R
+from collate_helpers import pixels as _pixels
 from routes import gather, read
 
 M64 = R.M64
@@ -34,21 +41,6 @@ SYMBOLS = st.lists(st.integers(0, (1 << 31) - 1), max_size=5)
 
 
 # --------------------------------------------------------------------------- helpers
-
-def _pixels(seed, shape, special=False):
-    """Deterministic float32 pixels; with ``special`` some are -0.0, inf or NaN."""
-    gen = np.random.default_rng(seed)
-    image = (gen.standard_normal(shape, dtype=np.float32) * np.float32(3.0)).astype(np.float32)
-    if special and image.size:
-        flat = image.reshape(-1)
-        picks = gen.integers(0, flat.size, size=min(3, flat.size))
-        flat[picks[0]] = np.float32(-0.0)
-        if picks.size > 1:
-            flat[picks[1]] = np.float32(np.inf)
-        if picks.size > 2:
-            flat[picks[2]] = np.float32(np.nan)
-    return image
-
 
 @st.composite
 def batch_specs(draw, max_b=6, max_c=3, max_hw=40, max_pixels=None):
@@ -106,10 +98,11 @@ def scale_shift(image, rng):
 @given(spec=batch_specs(), m=st.integers(1, 8), pad=PAD_VALUES, seed=SEEDS, epoch=STEPS,
        step=STEPS, first=FIRST_SLOTS)
 def test_collate_no_augmentation_matches_reference(om, spec, m, pad, seed, epoch, step, first):
-    """Without augmentation a batch is the samples copied bit for bit to the left of
-    [B, C, H, Wp] rows (Wp = max width rounded up to the multiple, D13), the rest of each
-    row the pad value, plus the int32 widths, CTC-concatenated targets, target lengths,
-    labels and dataset indices; special float values (-0.0, inf, NaN) survive the copy."""
+    """§4 (D13, D14): Without augmentation a batch is the samples copied bit for bit to
+    the left of [B, C, H, Wp] rows (Wp = max width rounded up to the multiple), the rest
+    of each row the pad value, plus the int32 widths, CTC-concatenated targets, target
+    lengths, labels and dataset indices; special float values (-0.0, inf, NaN) survive the
+    copy."""
     samples = _samples(om, spec, special=True)
     col = om.ImageBatchCollator(width_multiple=m, pad_value=pad)
     batch = col.collate(samples, spec["indices"], seed, epoch, step, first_slot=first)
@@ -124,8 +117,9 @@ def test_collate_no_augmentation_matches_reference(om, spec, m, pad, seed, epoch
        step=STEPS, first=FIRST_SLOTS, gain=st.floats(-3, 3), offset=st.floats(-3, 3))
 def test_collate_gain_offset_matches_reference(om, spec, m, pad, seed, epoch, step, first, gain,
                                                offset):
-    """With GainOffset each slot's real pixels become x*g + o in float32 (two roundings),
-    g and o drawn from the slot's stream-1 rng (contract); the padding stays the pad value."""
+    """§4 (D17): With GainOffset each slot's real pixels become x*g + o in float32 (two
+    roundings), g and o drawn from the slot's stream-1 rng (contract); the padding stays the
+    pad value."""
     samples = _samples(om, spec)
     col = om.ImageBatchCollator(width_multiple=m, pad_value=pad,
                                 augmentation=om.GainOffset(gain, offset))
@@ -141,8 +135,8 @@ def test_collate_gain_offset_matches_reference(om, spec, m, pad, seed, epoch, st
        pad=PAD_VALUES, seed=SEEDS, epoch=STEPS, step=STEPS, first=FIRST_SLOTS,
        sigma=st.floats(-2, 2))
 def test_collate_gaussian_noise_matches_reference(om, spec, m, pad, seed, epoch, step, first, sigma):
-    """With GaussianNoise every real pixel, in C, H, W order, gets sigma * next_normal()
-    added in float32 from the slot's stream-1 rng (contract, D5)."""
+    """§4 (D5, D17): With GaussianNoise every real pixel, in C, H, W order, gets sigma *
+    next_normal() added in float32 from the slot's stream-1 rng (contract)."""
     samples = _samples(om, spec)
     col = om.ImageBatchCollator(width_multiple=m, pad_value=pad,
                                 augmentation=om.GaussianNoise(sigma))
@@ -156,8 +150,8 @@ def test_collate_gaussian_noise_matches_reference(om, spec, m, pad, seed, epoch,
 @given(spec=batch_specs(), m=st.integers(1, 8), pad=PAD_VALUES, seed=SEEDS, epoch=STEPS,
        step=STEPS, first=FIRST_SLOTS)
 def test_collate_python_augmentation_matches_reference(om, spec, m, pad, seed, epoch, step, first):
-    """A Python callable edits a scratch copy of each sample in place with the slot's
-    stream-1 rng; the edited scratch is what lands in the batch (§4, D17)."""
+    """§4 (D17): A Python callable edits a scratch copy of each sample in place with the
+    slot's stream-1 rng; the edited scratch is what lands in the batch."""
     samples = _samples(om, spec)
     col = om.ImageBatchCollator(width_multiple=m, pad_value=pad, augmentation=scale_shift)
     batch = col.collate(samples, spec["indices"], seed, epoch, step, first_slot=first)
@@ -197,9 +191,10 @@ def dataset_draws(draw):
 @given(d=dataset_draws(), kind=st.sampled_from(AUGMENTATIONS), m=st.integers(1, 8), pad=PAD_VALUES,
        seed=SEEDS, epoch=STEPS, step=STEPS)
 def test_gather_equals_collate_of_the_same_samples(om, d, kind, m, pad, seed, epoch, step):
-    """The gather-from-dataset path builds slots [start, stop) of a global index array
-    exactly as collating those samples with first_slot = start would: slot numbers are
-    positions in the global batch (D14), so the augmentation keys match too."""
+    """§4 (D14), through the §1 fetch routes: The gather-from-dataset path builds slots
+    [start, stop) of a global index array exactly as collating those samples with
+    first_slot = start would: slot numbers are positions in the global batch, so the
+    augmentation keys match too."""
     c, h, widths, targets, labels, indices, start, stop, pseed = d
     images = [_pixels(pseed + k, (c, h, w)) for k, w in enumerate(widths)]
     ds = om.ArrayImageDataset(images, targets, labels)
@@ -235,10 +230,10 @@ class _PlainDataset:
 
 @given(spec=batch_specs(), m=st.integers(1, 8), pad=PAD_VALUES)
 def test_batch_layout(om, spec, m, pad):
-    """Images are float32 [B, C, H, Wp] with Wp = ceil(max W / m) * m (D13); sample j sits
-    at the left of its rows, columns W_j..Wp hold the pad value; widths, target lengths,
-    labels and indices are int32 [B]; targets are int32, every sample's target in batch
-    order (the CTC layout). Checked directly, without the oracle."""
+    """§4 (D13): Images are float32 [B, C, H, Wp] with Wp = ceil(max W / m) * m; sample j
+    sits at the left of its rows, columns W_j..Wp hold the pad value; widths, target
+    lengths, labels and indices are int32 [B]; targets are int32, every sample's target in
+    batch order (the CTC layout). Checked directly, without the oracle."""
     samples = _samples(om, spec)
     col = om.ImageBatchCollator(width_multiple=m, pad_value=pad)
     with col.collate(samples, spec["indices"], 1, 2, 3) as batch:
@@ -275,8 +270,8 @@ def test_width_multiple_rounding_known_answers(om):
 
 
 def test_empty_targets_give_an_empty_int32_column(om):
-    """When no sample has a symbol the targets column is an empty int32 array and every
-    target length is 0."""
+    """§4: When no sample has a symbol the targets column is an empty int32 array and
+    every target length is 0."""
     samples = [om.Sample(np.ones((1, 2, 3), np.float32), [], 5) for _ in range(3)]
     with om.ImageBatchCollator().collate(samples, [4, 5, 6], 0, 0, 0) as b:
         assert b.targets.dtype == np.int32 and b.targets.shape == (0,)
@@ -285,8 +280,8 @@ def test_empty_targets_give_an_empty_int32_column(om):
 
 
 def test_collate_accepts_non_contiguous_images(om):
-    """A sample image may be any float32 [C, H, W] view (strided, sliced); the batch holds
-    its values, not the memory that happens to follow its first pixel."""
+    """§4: A sample image may be any float32 [C, H, W] view (strided, sliced); the batch
+    holds its values, not the memory that happens to follow its first pixel."""
     big = np.arange(2 * 3 * 10, dtype=np.float32).reshape(2, 3, 10)
     views = [big[:, :, ::3], big[:, :, 1:5], big[:, ::-1, 2:6]]
     samples = [om.Sample(v, [1], 0) for v in views]
@@ -296,8 +291,9 @@ def test_collate_accepts_non_contiguous_images(om):
 
 
 def test_collate_copies_target_values_of_any_layout(om):
-    """Targets are the sample's symbol values in order, whatever the memory layout of the
-    int32 array it was given (strided or reversed views), concatenated in batch order."""
+    """§4: Targets are the sample's symbol values in order, whatever the memory layout of
+    the int32 array it was given (strided or reversed views), concatenated in batch
+    order."""
     img = np.ones((1, 1, 2), np.float32)
     strided = np.arange(10, dtype=np.int32)[::2]          # [0, 2, 4, 6, 8]
     # [7, 6, 5]; the base is larger so that a wrong read stays inside it
@@ -312,11 +308,11 @@ def test_collate_copies_target_values_of_any_layout(om):
 
 @given(spec=batch_specs(max_b=5, max_hw=8), seed=SEEDS, epoch=STEPS, step=STEPS, first=FIRST_SLOTS)
 def test_augmentation_rng_is_derived_per_slot(om, spec, seed, epoch, step, first):
-    """Slot j's augmentation receives a SampleRng whose state is
-    Derive(seed, epoch, step, first_slot + j, 1) (§4, stream 1; D14 global slots; D17).
-    It is called once per sample, in slot order, on a writable C-contiguous float32
-    [C, H, W_j] scratch holding a copy of the sample (not the padded row, not the sample's
-    own memory)."""
+    """§4 (D14, D17): Slot j's augmentation receives a SampleRng whose state is
+    Derive(seed, epoch, step, first_slot + j, 1) (stream 1, global slot numbers). It is
+    called once per sample, in slot order, on a writable C-contiguous float32 [C, H, W_j]
+    scratch holding a copy of the sample (not the padded row, not the sample's own
+    memory)."""
     samples = _samples(om, spec)
     calls = []
 
@@ -343,9 +339,9 @@ def test_augmentation_rng_is_derived_per_slot(om, spec, seed, epoch, step, first
 
 
 def test_moving_a_sample_to_another_slot_changes_its_augmentation(om):
-    """The augmentation key includes the slot: the same sample augmented at slot 0 and at
-    slot 1 (or with another seed, epoch or step) comes out different, while the same
-    (seed, epoch, step, slot) reproduces it exactly."""
+    """§4 (D14, D17): The augmentation key includes the slot: the same sample augmented
+    at slot 0 and at slot 1 (or with another seed, epoch or step) comes out different,
+    while the same (seed, epoch, step, slot) reproduces it exactly."""
     a = om.Sample(_pixels(1, (1, 4, 6)), [1], 0)
     b = om.Sample(_pixels(2, (1, 4, 6)), [2], 1)
     for aug in (om.GainOffset(), om.GaussianNoise(), scale_shift):
@@ -363,8 +359,9 @@ def test_moving_a_sample_to_another_slot_changes_its_augmentation(om):
 
 
 def test_built_in_augmentations_are_callable_on_their_own(om):
-    """GainOffset and GaussianNoise called as aug(image, rng) edit the image in place,
-    draw from the rng they are given, and agree with the contract's formulas."""
+    """§4 (D17): GainOffset and GaussianNoise called as aug(image, rng) edit the
+    image in place, draw from the rng they are given, and agree with the contract's
+    formulas."""
     for ours, theirs in [(om.GainOffset(0.25, 0.5), R.gain_offset(0.25, 0.5)),
                          (om.GaussianNoise(0.3), R.gaussian_noise(0.3))]:
         image = _pixels(3, (2, 3, 5))
@@ -386,9 +383,10 @@ def test_built_in_augmentations_are_callable_on_their_own(om):
        m=st.integers(1, 8), pad=PAD_VALUES, seed=SEEDS, epoch=STEPS, step=STEPS, first=FIRST_SLOTS,
        param=st.floats(-2, 2))
 def test_fused_built_in_equals_scratch_route(om, spec, kind, m, pad, seed, epoch, step, first, param):
-    """A built-in augmentation applied in place inside the padded batch gives the same bits
-    as the same augmentation run through the Python scratch route (a lambda wrapping it):
-    same float32 operations, same order, same stream-1 rng, padding untouched."""
+    """§4 (D17): A built-in augmentation applied in place inside the padded batch gives the
+    same bits as the same augmentation run through the Python scratch route (a lambda
+    wrapping it): same float32 operations, same order, same stream-1 rng, padding
+    untouched."""
     samples = _samples(om, spec)
     aug = om.GainOffset(param, param / 2) if kind == "gain_offset" else om.GaussianNoise(param)
     fused = om.ImageBatchCollator(width_multiple=m, pad_value=pad, augmentation=aug)
@@ -409,8 +407,8 @@ def _dirty_pool(om, samples):
 
 
 def test_python_subclass_of_augmentation_is_honoured(om):
-    """Augmentation is public, so a Python subclass that defines __call__ is a callable
-    augmentation (§4, D17: called as aug(scratch, rng)): the collator applies it like any
+    """§4 (D17): Augmentation is public, so a Python subclass that defines __call__ is a
+    callable augmentation (called as aug(scratch, rng)): the collator applies it like any
     Python callable (same bits as wrapping it in a lambda), or refuses it with a TypeError
     when built. A bare Augmentation(), which defines no edit, either leaves the pixels as
     copied or is refused (TypeError / NotImplementedError). In no case may the batch hold
@@ -443,9 +441,9 @@ def test_python_subclass_of_augmentation_is_honoured(om):
 
 
 def test_one_collator_on_several_threads(om):
-    """Loader workers share one collator: batches built concurrently on three threads (each
-    with its own slot table and scratch) equal the batches built on one thread, for every
-    kind of augmentation."""
+    """§4 under §1 (no dependence on the thread): Loader workers share one collator:
+    batches built concurrently on three threads (each with its own slot table and scratch)
+    equal the batches built on one thread, for every kind of augmentation."""
     samples = [om.Sample(_pixels(k, (2, 5, 4 + k % 7)), [k % 5] * (k % 3), k) for k in range(16)]
     idx = list(range(16))
     for kind in AUGMENTATIONS:
@@ -473,10 +471,10 @@ def test_one_collator_on_several_threads(om):
 
 
 def test_collation_inside_an_augmentation_leaves_the_outer_batch_intact(om):
-    """A Python augmentation may itself collate with the same collator on the same thread
-    (for instance to mix in other samples). The outer batch must still be the §4 batch of
-    its own samples, or the nested use must be refused with a RuntimeError; it must never
-    silently take pixels from the nested batch."""
+    """§4 (D17): A Python augmentation may itself collate with the same collator on the
+    same thread (for instance to mix in other samples). The outer batch must still be the
+    §4 batch of its own samples, or the nested use must be refused with a RuntimeError;
+    it must never silently take pixels from the nested batch."""
     samples = [om.Sample(np.full((1, 2, 3), k, np.float32), [k], k) for k in range(4)]
     others = [om.Sample(np.full((1, 2, 3), 100 + k, np.float32), [100 + k], 100 + k) for k in range(4)]
     depth = [0]
@@ -500,24 +498,6 @@ def test_collation_inside_an_augmentation_leaves_the_outer_batch_intact(om):
         assert batch.labels.tolist() == [0, 1, 2, 3]
 
 
-def test_kept_scratch_is_not_reused(om):
-    """Our reading of the scratch of §4 under §5: an augmentation that keeps a reference to
-    its scratch keeps a private array; later samples never write into it."""
-    kept = []
-
-    def keep(image, rng):
-        image += np.float32(rng.next_single())
-        kept.append((image, image.copy()))
-
-    col = om.ImageBatchCollator(augmentation=keep)
-    samples = [om.Sample(_pixels(k, (1, 3, 4)), [], 0) for k in range(4)]
-    for step in range(5):
-        col.collate(samples, [0, 1, 2, 3], 0, 0, step).close()
-    assert len(kept) == 20
-    for image, snapshot in kept:
-        assert np.array_equal(image.view(np.uint32), snapshot.view(np.uint32))
-
-
 # --------------------------------------------------------------------------- errors
 
 def _sample(om, c=1, h=2, w=3, target=(1,), label=0):
@@ -534,7 +514,7 @@ def _names_slot(excinfo, slot, index=None):
 @pytest.mark.parametrize("first", [0, 10])
 @pytest.mark.parametrize("bad", [dict(c=2), dict(h=3)])
 def test_samples_must_share_c_and_h(om, bad, first):
-    """A batch shares C and H (§4): a sample of another C or H is refused with an error
+    """§4: A batch shares C and H: a sample of another C or H is refused with an error
     that names its (global) slot and its dataset index."""
     samples = [_sample(om), _sample(om), _sample(om, **bad)]
     with pytest.raises(ValueError) as e:
@@ -543,7 +523,8 @@ def test_samples_must_share_c_and_h(om, bad, first):
 
 
 def test_gather_refuses_mixed_c_or_h(om):
-    """The dataset path refuses a batch mixing C or H too, naming slot and dataset index."""
+    """§4: The dataset path refuses a batch mixing C or H too, naming slot and dataset
+    index."""
     ds = om.ArrayImageDataset([np.ones((1, 2, 3), np.float32), np.ones((1, 4, 3), np.float32)],
                               [[1], [2]], [0, 0])
     with pytest.raises(ValueError) as e:
@@ -554,8 +535,8 @@ def test_gather_refuses_mixed_c_or_h(om):
 @pytest.mark.parametrize("item", [(np.ones((1, 2, 3), np.float32), [1], 0), None, "sample",
                                   np.ones((1, 2, 3), np.float32)])
 def test_non_sample_items_are_refused(om, item):
-    """Only Sample objects are collated; anything else is a TypeError naming the slot and
-    the dataset index."""
+    """§4: Only Sample objects are collated; anything else is a TypeError naming the slot
+    and the dataset index."""
     with pytest.raises(TypeError) as e:
         om.ImageBatchCollator().collate([_sample(om), item], [3, 77], 0, 0, 0, first_slot=4)
     _names_slot(e, 5, 77)
@@ -573,20 +554,20 @@ def test_non_sample_items_are_refused(om, item):
     (np.ones((1, 2, 3), np.float32), [1], 1 << 31, ValueError, str(1 << 31)),
 ])
 def test_sample_refuses_bad_contents(om, image, target, label, error, fragment):
-    """A Sample is a float32 [C, H, W] image with every dimension >= 1, a 1-D target of
-    symbols in [0, 2^31) (int32 Targets) and an int32 label; anything else is refused with
-    an error that quotes what was received."""
+    """§4: A Sample is a float32 [C, H, W] image with every dimension >= 1, a 1-D target
+    of symbols in [0, 2^31) (int32 Targets) and an int32 label; anything else is refused
+    with an error that quotes what was received."""
     with pytest.raises(error) as e:
         om.Sample(image, target, label)
     assert fragment in str(e.value)
 
 
 def test_image_changed_after_sample_construction_is_refused(om):
-    """A Sample's image reshaped to 2-D or reinterpreted as int32 in place after the
-    Sample was made is refused at collation, naming the slot and the dataset index.
-    (Sealed storage: the Sample holds its own read-only view, so reshaping or retyping
-    the caller's array object no longer reaches the Sample at all; the sample then
-    collates as it was validated.)"""
+    """§4, memory safety: a Sample's image reshaped to 2-D or reinterpreted as int32 in
+    place after the Sample was made is refused at collation, naming the slot and the
+    dataset index. (Sealed storage: the Sample holds its own read-only view, so reshaping
+    or retyping the caller's array object no longer reaches the Sample at all; the sample
+    then collates as it was validated.)"""
     for change in ("shape", "dtype"):
         image = np.ones((1, 2, 4), np.float32)
         s = om.Sample(image, [1], 0)
@@ -629,8 +610,8 @@ def _retypes(image, rng):
 @pytest.mark.parametrize("aug, error", [(_returns_new, TypeError), (_reshapes, ValueError),
                                         (_reshapes_3d, ValueError), (_retypes, ValueError)])
 def test_augmentation_may_only_edit_values(om, aug, error):
-    """An augmentation edits its scratch in place and cannot change its width or shape
-    (§4; shape changes belong in the loader's transform): returning a new array, or
+    """§4 (D17): An augmentation edits its scratch in place and cannot change its width
+    or shape (shape changes belong in the loader's transform): returning a new array, or
     changing the scratch's shape or dtype in place, is refused naming slot and index."""
     samples = [_sample(om, w=3), _sample(om, w=2)]
     col = om.ImageBatchCollator(augmentation=aug)
@@ -640,14 +621,16 @@ def test_augmentation_may_only_edit_values(om, aug, error):
 
 
 def test_augmentation_returning_its_scratch_is_accepted(om):
-    """Returning the scratch itself (as numpy's out= functions do) is an in-place edit."""
+    """§4 (D17): Returning the scratch itself (as numpy's out= functions do) is an
+    in-place edit."""
     col = om.ImageBatchCollator(augmentation=_returns_same)
     with col.collate([_sample(om)], [0], 0, 0, 0) as b:
         assert np.all(b.images == 2)
 
 
 def test_augmentation_exception_propagates(om):
-    """An exception raised by the augmentation reaches the caller unchanged."""
+    """§4 (D17): An exception raised by the augmentation reaches the caller
+    unchanged."""
     class Boom(Exception):
         pass
 
@@ -659,8 +642,8 @@ def test_augmentation_exception_propagates(om):
 
 
 def test_gather_index_out_of_range(om):
-    """The dataset path refuses an index outside [0, len) with an IndexError naming the
-    slot and the index received."""
+    """§1 (fetch step): The dataset path refuses an index outside [0, len) with an
+    IndexError naming the slot and the index received."""
     ds = om.ArrayImageDataset([np.ones((1, 2, 3), np.float32)] * 3, [[1]] * 3, [0] * 3)
     for bad in (3, -1, 1 << 40):
         with pytest.raises(IndexError) as e:
@@ -669,7 +652,8 @@ def test_gather_index_out_of_range(om):
 
 
 def test_gather_refuses_bad_index_arrays_and_ranges(om):
-    """The dataset path takes a 1-D int64 index array and a non-empty [start, stop) inside it."""
+    """§1 (fetch step): The dataset path takes a 1-D int64 index array and a non-empty
+    [start, stop) inside it."""
     ds = om.ArrayImageDataset([np.ones((1, 2, 3), np.float32)] * 3, [[1]] * 3, [0] * 3)
     col = om.ImageBatchCollator()
     with pytest.raises(TypeError, match="int32"):
@@ -685,9 +669,10 @@ def test_gather_refuses_bad_index_arrays_and_ranges(om):
 
 
 def test_read_refuses_bad_input_naming_it(om):
-    """The generic path takes the same index arrays and ranges as the dataset path, a
-    callable transform, and int32 dataset indices; what get_sample or the transform hands
-    back must be a Sample, and the error names the step, the slot and the index."""
+    """§1 (fetch step, D17): The generic path takes the same index arrays and ranges as
+    the dataset path, a callable transform, and int32 dataset indices; what get_sample or
+    the transform hands back must be a Sample, and the error names the step, the slot and
+    the index."""
     ds = _PlainDataset(om.ArrayImageDataset([np.ones((1, 2, 3), np.float32)] * 3, [[1]] * 3, [0] * 3))
     col = om.ImageBatchCollator()
     with pytest.raises(TypeError, match="int32"):
@@ -711,9 +696,9 @@ def test_read_refuses_bad_input_naming_it(om):
 
 
 def test_the_python_stage_baton_is_released_whatever_happens(om):
-    """The loader's Python-stage baton (a pacing hint that lets one worker run Python while
-    the others copy) is free again after every collation, finished or failed, so no later
-    collation waits for it."""
+    """Concern: worker pacing (§1 loader). The loader's Python-stage baton (a pacing hint
+    that lets one worker run Python while the others copy) is free again after every
+    collation, finished or failed, so no later collation waits for it."""
     from onemodel_cy._collate import Workspace
     from onemodel_cy._pacing import Pacing
     pacing = Pacing()
@@ -754,8 +739,8 @@ def test_the_python_stage_baton_is_released_whatever_happens(om):
 
 
 def test_collate_refuses_mismatched_or_empty_input(om):
-    """One dataset index per sample; an empty batch is refused; a dataset index must fit
-    the int32 Indices column (D14), naming the slot."""
+    """§4 (D14): One dataset index per sample; an empty batch is refused; a dataset
+    index must fit the int32 Indices column, naming the slot."""
     col = om.ImageBatchCollator()
     with pytest.raises(ValueError, match="2 samples.*1 ind|1 ind.*2 samples"):
         col.collate([_sample(om), _sample(om)], [0], 0, 0, 0)
@@ -780,8 +765,8 @@ def test_collate_refuses_mismatched_or_empty_input(om):
     (dict(pool=object()), TypeError, "object"),
 ])
 def test_collator_refuses_bad_configuration(om, kwargs, error, fragment):
-    """width_multiple is an integer >= 1 (D13), the augmentation is callable, the pad value
-    is finite, the pool is a BufferPool; errors quote the value received."""
+    """§4 (D13): width_multiple is an integer >= 1, the augmentation is callable, the pad
+    value is finite, the pool is a BufferPool; errors quote the value received."""
     with pytest.raises(error) as e:
         om.ImageBatchCollator(**kwargs)
     assert fragment in str(e.value)
@@ -789,7 +774,7 @@ def test_collator_refuses_bad_configuration(om, kwargs, error, fragment):
 
 @pytest.mark.parametrize("kwargs", [dict(gain=float("nan")), dict(offset=float("inf"))])
 def test_built_in_augmentation_parameters_are_finite(om, kwargs):
-    """GainOffset / GaussianNoise parameters must be finite numbers."""
+    """§4: GainOffset / GaussianNoise parameters must be finite numbers."""
     with pytest.raises(ValueError):
         om.GainOffset(**kwargs)
     with pytest.raises(ValueError):
@@ -797,7 +782,8 @@ def test_built_in_augmentation_parameters_are_finite(om, kwargs):
 
 
 def test_repr_names_the_configuration(om):
-    """The collator's repr names every constructor argument (DESIGN conventions)."""
+    """Concern: repr. The collator's repr names every constructor argument (DESIGN
+    conventions)."""
     text = repr(om.ImageBatchCollator(width_multiple=4, pad_value=0.5, augmentation=om.GainOffset()))
     for part in ("width_multiple=4", "pad_value=0.5", "GainOffset", "pool="):
         assert part in text
@@ -848,9 +834,10 @@ def _progress_while(work, trials, chunk=2000):
 
 
 def test_progress_probe_sees_nothing_while_the_gil_is_held():
-    """Control for the next test: while this thread runs pure Python (holding the GIL), the
-    counting thread completes no chunk at all, so any progress seen below comes from the
-    collation kernel releasing the GIL."""
+    """Concern: GIL release (DESIGN: kernels run inside `with nogil`). Control for the next
+    test: while this thread runs pure Python (holding the GIL), the counting thread
+    completes no chunk at all, so any progress seen below comes from the collation kernel
+    releasing the GIL."""
     def hold():
         x = 0
         for i in range(200_000):
@@ -860,12 +847,13 @@ def test_progress_probe_sees_nothing_while_the_gil_is_held():
 
 @pytest.mark.parametrize("kind", ["none", "gaussian_noise"])
 def test_collation_kernel_releases_the_gil(om, kind):
-    """The copy / pad / built-in augmentation kernel of a large dataset-path collation runs
-    without the GIL: another Python thread makes substantial progress (several chunks of
-    pure-Python counting) while one gather call is still running. Up to 30 trials,
-    so a loaded machine that does not schedule the counter in one trial cannot fail it
-    (measured on 2 cores with 3 busy processes: at least 5 chunks in about 40 % of the
-    trials of the plain copy and in every trial of the noise kernel)."""
+    """Concern: GIL release (DESIGN: kernels run inside `with nogil`). The copy / pad /
+    built-in augmentation kernel of a large dataset-path collation runs without the GIL:
+    another Python thread makes substantial progress (several chunks of pure-Python
+    counting) while one gather call is still running. Up to 30 trials, so a loaded machine
+    that does not schedule the counter in one trial cannot fail it (measured on 2 cores
+    with 3 busy processes: at least 5 chunks in about 40 % of the trials of the plain copy
+    and in every trial of the noise kernel)."""
     if kind == "none":
         b, width, aug = 256, 1024, None          # 64 MiB copied per call
     else:
@@ -901,7 +889,7 @@ def test_samples_created_on_access_stay_alive(om):
 
 
 def test_byte_order_and_array_subclasses_give_the_values_they_hold(om):
-    """A big-endian float32 image or int32 target, or a target held in an ndarray
+    """§4: A big-endian float32 image or int32 target, or a target held in an ndarray
     subclass, is taken by value: the batch holds the numbers the arrays mean, and the
     Sample keeps plain native arrays."""
     image = _pixels(3, (1, 2, 5))
@@ -928,8 +916,9 @@ def test_byte_order_and_array_subclasses_give_the_values_they_hold(om):
 
 
 def test_target_changed_in_place_after_the_sample_is_refused(om):
-    """A target array whose dtype or shape was changed in place after the Sample was built
-    is refused at collation, naming the slot, instead of being read past its end."""
+    """§4, memory safety: A target array whose dtype or shape was changed in place after
+    the Sample was built is refused at collation, naming the slot, instead of being read
+    past its end."""
     target = np.array([1, 2, 3, 4], np.int32)
     sample = om.Sample(np.ones((1, 2, 3), np.float32), target, 0)
     # Sealed storage: the Sample holds its own copy, so the caller's array no longer reaches it.
@@ -1016,23 +1005,3 @@ def test_a_pickled_or_copied_batch_holds_equal_ordinary_arrays(om):
             assert other.nbytes == sum(getattr(other, name).nbytes for name in FIELDS)
     with pytest.raises(ValueError, match="closed"):
         pickle.dumps(b)
-
-
-def test_a_workspace_serves_one_collation_at_a_time(om):
-    """§5 per-worker workspace: handing a workspace that a collation is still using (here,
-    from inside that collation's augmentation) to a second collation is refused, so two
-    collations never share one slot table or scratch."""
-    from onemodel_cy._collate import Workspace
-    ws = Workspace(2)
-    samples = [om.Sample(_pixels(k, (1, 2, 3)), [k], k) for k in range(2)]
-    seen = []
-
-    def nested(image, rng):
-        try:
-            om.ImageBatchCollator().collate(samples, [0, 1], 0, 0, 0, workspace=ws)
-        except RuntimeError as error:
-            seen.append(str(error))
-
-    om.ImageBatchCollator(augmentation=nested).collate(samples, [0, 1], 0, 0, 0, workspace=ws).close()
-    assert seen and all("already in use" in text for text in seen)
-    om.ImageBatchCollator().collate(samples, [0, 1], 0, 0, 0, workspace=ws).close()   # free again

@@ -1,5 +1,9 @@
-"""The port checker (`onemodel-cy conformance`): this package passes every vector of every
-section, and the checker catches what a wrong port would hand in."""
+"""Concern: conformance kit (DESIGN: `onemodel-cy conformance` for port authors).
+
+The port checker replays the vectors of every section (§1, §2, §3, §4, §6 and the
+synthetic dataset): this package passes every one of them, and the checker catches what a
+wrong port would hand in.
+"""
 from __future__ import annotations
 
 import copy
@@ -21,8 +25,9 @@ def own_results():
 
 @pytest.mark.parametrize("name", VECTOR_FILES)
 def test_package_reproduces_every_vector(own_results, name):
-    """Every known answer (§1 stream, §2, §3, §4, §6, the synthetic dataset), replayed
-    through the compiled package, matches: the package conforms to the vectors it ships."""
+    """Concern: conformance kit. Every known answer (§1 stream, §2, §3, §4, §6, the
+    synthetic dataset), replayed through the compiled package, matches: the package
+    conforms to the vectors it ships."""
     got = {c["name"]: c["output"] for c in own_results[name]["cases"]}
     for case in load_vectors(name)["cases"]:
         assert differences(case["output"], got[case["name"]]) == [], case["name"]
@@ -34,8 +39,8 @@ def _check(results, **kw):
 
 
 def test_checker_passes_the_package_and_names_a_wrong_value(own_results):
-    """A port whose one label of one stream batch is off fails, and the report names the
-    case, its pins and the path of the wrong value."""
+    """Concern: conformance kit. A port whose one label of one stream batch is off
+    fails, and the report names the case, its pins and the path of the wrong value."""
     assert _check(own_results)[0] == 0
     broken = copy.deepcopy(own_results)
     broken["stream.json"]["cases"][0]["output"]["batches"][1]["labels"][0] += 1
@@ -45,8 +50,9 @@ def test_checker_passes_the_package_and_names_a_wrong_value(own_results):
 
 
 def test_checker_catches_a_wrong_float_bit_and_a_missing_case(own_results):
-    """One float32 bit of one draw, or a case left out, is a failure; with --allow-missing
-    a partial port (say §2 only) is checked on what it handed in."""
+    """Concern: conformance kit. One float32 bit of one draw, or a case left out, is a
+    failure; with --allow-missing a partial port (say §2 only) is checked on what it
+    handed in."""
     broken = copy.deepcopy(own_results)
     for case in broken["rng.json"]["cases"]:
         if case["name"].startswith("next_single"):
@@ -60,7 +66,8 @@ def test_checker_catches_a_wrong_float_bit_and_a_missing_case(own_results):
 
 
 def test_refused_inputs_must_be_refused(own_results):
-    """A vector whose input must be refused fails a port that accepts it."""
+    """Concern: conformance kit. A vector whose input must be refused fails a port that
+    accepts it."""
     broken = copy.deepcopy(own_results)
     refused = [c for c in broken["samplers.json"]["cases"] if "error" in c["output"]]
     assert refused
@@ -69,8 +76,8 @@ def test_refused_inputs_must_be_refused(own_results):
 
 
 def test_cli_export_run_and_check(tmp_path):
-    """`export` writes the vectors a port reads; `run --out` writes results a port can
-    imitate; `check` on them exits 0, and 1 after a change."""
+    """Concern: conformance kit. `export` writes the vectors a port reads; `run --out`
+    writes results a port can imitate; `check` on them exits 0, and 1 after a change."""
     assert main(["export", str(tmp_path / "vectors")]) == 0
     assert json.loads((tmp_path / "vectors" / "rng.json").read_text())["cases"]
     assert (tmp_path / "vectors" / "README.md").read_text().startswith("# Known-answer vectors")

@@ -5,6 +5,9 @@ docstrings): after warm-up a batch costs no new batch-sized allocation; memory a
 still holds (a kept array or view) is never handed to another batch; two live batches
 never share memory; a closed or dropped batch gives its memory back; the pool keeps at
 most ``max_bytes`` of free memory. A stateful test checks these against a plain model.
+
+Also here: the scratch an augmentation edits (§4, D17) and the per-worker workspace, since
+whether they are reused or shared is a §5 question.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from hypothesis import given, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import onemodel_cy
+from collate_helpers import pixels as _pixels
 from routes import gather, read
 
 from onemodel_cy.conformance.codec import BATCH_FIELDS as FIELDS
@@ -46,10 +50,11 @@ def _width_sorted_batches(ds, batch_size):
 # --------------------------------------------------------------------------- warm reuse
 
 def test_warm_loop_allocates_no_batch_memory(om):
-    """After warm-up (every size class seen once), collating and closing batches of varying
-    padded widths is served from the pool: `misses` stays constant, and the traced peak
-    grows by less than 64 KiB over 24 batches of 1.2-4 MiB each (far below one batch), on
-    the dataset path, the list path and with a built-in augmentation."""
+    """§5 (allocation counts): After warm-up (every size class seen once), collating and
+    closing batches of varying padded widths is served from the pool: `misses` stays
+    constant, and the traced peak grows by less than 64 KiB over 24 batches of 1.2-4 MiB
+    each (far below one batch), on the dataset path, the list path and with a built-in
+    augmentation."""
     ds = om.SyntheticLineImages(1024, height=32, min_width=64, max_width=256, seed=5)
     batches = _width_sorted_batches(ds, 128)
     assert len(batches) == 8
@@ -89,8 +94,9 @@ def test_warm_loop_allocates_no_batch_memory(om):
 
 
 def test_python_augmentation_scratch_is_reused_when_warm(om):
-    """With a Python augmentation that keeps nothing, the per-sample scratch is reused:
-    a warm loop adds no sample-sized allocation beyond a few small objects per call."""
+    """§5 (scratch buffers; D17): With a Python augmentation that keeps nothing, the
+    per-sample scratch is reused: a warm loop adds no sample-sized allocation beyond a
+    few small objects per call."""
     ds = om.SyntheticLineImages(64, height=32, min_width=200, max_width=256, seed=2)
     idx = np.arange(64, dtype=np.int64)
     col = om.ImageBatchCollator(augmentation=lambda img, rng: None)
@@ -143,9 +149,10 @@ def test_warm_generic_path_allocates_nothing_per_sample(om):
 # --------------------------------------------------------------------------- kept memory
 
 def test_kept_views_are_never_overwritten_and_then_recycled(om):
-    """An array or view taken from a batch stays valid after close() and is never written by
-    later batches (they get other memory); once the last such view is dropped the batch's
-    memory goes back to the pool and the next batch of that size reuses it (a hit)."""
+    """§5 (recycling): An array or view taken from a batch stays valid after close() and is
+    never written by later batches (they get other memory); once the last such view is
+    dropped the batch's memory goes back to the pool and the next batch of that size reuses
+    it (a hit)."""
     pool = om.BufferPool()
     col = om.ImageBatchCollator(pool=pool)
     samples = _samples(om, 8, seed=1)
@@ -179,9 +186,9 @@ def test_kept_views_are_never_overwritten_and_then_recycled(om):
 
 
 def test_many_live_batches_never_share_memory(om):
-    """Any number of live batches own disjoint memory, and within a batch the six arrays do
-    not overlap either; after all are closed, a second generation (served from the pool)
-    is again pairwise disjoint."""
+    """§5: Any number of live batches own disjoint memory, and within a batch the six
+    arrays do not overlap either; after all are closed, a second generation (served from
+    the pool) is again pairwise disjoint."""
     pool = om.BufferPool()
     col = om.ImageBatchCollator(pool=pool, width_multiple=2)
     gen = np.random.default_rng(3)
@@ -215,7 +222,8 @@ def test_many_live_batches_never_share_memory(om):
 
 
 def test_dropped_batch_recycles_its_memory(om):
-    """A batch that is simply dropped (no close) returns its memory like a closed one."""
+    """§5 (recycling): A batch that is simply dropped (no close) returns its memory like
+    a closed one."""
     pool = om.BufferPool()
     col = om.ImageBatchCollator(pool=pool)
     samples = _samples(om, 4)
@@ -231,7 +239,8 @@ def test_dropped_batch_recycles_its_memory(om):
 
 
 def test_failed_collation_returns_its_memory(om):
-    """A collation that fails after renting (an augmentation error) leaks no block."""
+    """§5: A collation that fails after renting (an augmentation error) leaks no
+    block."""
     pool = om.BufferPool()
 
     def bad(image, rng):
@@ -245,12 +254,52 @@ def test_failed_collation_returns_its_memory(om):
     assert stats["blocks_in_use"] == 0 and stats["bytes_in_use"] == 0
 
 
+# --------------------------------------------------------------------------- scratch and workspace
+
+def test_kept_scratch_is_not_reused(om):
+    """§5 (D17): Our reading of the scratch of §4 under §5: an augmentation that keeps a
+    reference to its scratch keeps a private array; later samples never write into it."""
+    kept = []
+
+    def keep(image, rng):
+        image += np.float32(rng.next_single())
+        kept.append((image, image.copy()))
+
+    col = om.ImageBatchCollator(augmentation=keep)
+    samples = [om.Sample(_pixels(k, (1, 3, 4)), [], 0) for k in range(4)]
+    for step in range(5):
+        col.collate(samples, [0, 1, 2, 3], 0, 0, step).close()
+    assert len(kept) == 20
+    for image, snapshot in kept:
+        assert np.array_equal(image.view(np.uint32), snapshot.view(np.uint32))
+
+
+def test_a_workspace_serves_one_collation_at_a_time(om):
+    """§5 per-worker workspace: handing a workspace that a collation is still using (here,
+    from inside that collation's augmentation) to a second collation is refused, so two
+    collations never share one slot table or scratch."""
+    from onemodel_cy._collate import Workspace
+    ws = Workspace(2)
+    samples = [om.Sample(_pixels(k, (1, 2, 3)), [k], k) for k in range(2)]
+    seen = []
+
+    def nested(image, rng):
+        try:
+            om.ImageBatchCollator().collate(samples, [0, 1], 0, 0, 0, workspace=ws)
+        except RuntimeError as error:
+            seen.append(str(error))
+
+    om.ImageBatchCollator(augmentation=nested).collate(samples, [0, 1], 0, 0, 0, workspace=ws).close()
+    assert seen and all("already in use" in text for text in seen)
+    om.ImageBatchCollator().collate(samples, [0, 1], 0, 0, 0, workspace=ws).close()   # free again
+
+
 # --------------------------------------------------------------------------- closing
 
 def test_closed_batch_refuses_access_and_close_is_idempotent(om):
-    """After close() every array accessor and len() raise a ValueError that says the batch
-    is closed; close() may be called again; `with batch:` closes on exit (also on error);
-    epoch and step stay readable."""
+    """§5 (disposing a batch): After close() every array accessor and len() raise a
+    ValueError that says the batch is closed; close() may be called again; `with batch:`
+    closes on exit (also on error); epoch and step stay readable."""
     col = om.ImageBatchCollator()
     batch = col.collate(_samples(om, 2), [0, 1], 0, 4, 5)
     assert not batch.closed
@@ -277,8 +326,8 @@ def test_closed_batch_refuses_access_and_close_is_idempotent(om):
 
 
 def test_recycled_batch_object_starts_fresh(om):
-    """The batch object itself is recycled (§5); a new batch carries nothing over from a
-    previous one: global_step is unset and its arrays are its own."""
+    """§5 (recycling): The batch object itself is recycled; a new batch carries nothing
+    over from a previous one: global_step is unset and its arrays are its own."""
     col = om.ImageBatchCollator()
     samples = _samples(om, 2)
     ds = om.ArrayImageDataset([s.image for s in samples], [s.target for s in samples], [0, 1])
@@ -291,8 +340,8 @@ def test_recycled_batch_object_starts_fresh(om):
 
 
 def test_pool_clear_frees_held_memory_only(om):
-    """clear() drops the free memory held for reuse; blocks in use stay valid and come back
-    to the pool afterwards."""
+    """§5 (BufferPool): clear() drops the free memory held for reuse; blocks in use stay
+    valid and come back to the pool afterwards."""
     pool = om.BufferPool()
     col = om.ImageBatchCollator(pool=pool)
     samples = _samples(om, 3)
@@ -314,7 +363,8 @@ def test_pool_clear_frees_held_memory_only(om):
 # --------------------------------------------------------------------------- pool limits
 
 def test_pool_stats_keys(om):
-    """stats() reports hits, misses, bytes held for reuse, blocks and bytes in use."""
+    """§5 (BufferPool): stats() reports hits, misses, bytes held for reuse, blocks and
+    bytes in use."""
     stats = om.BufferPool().stats()
     assert STAT_KEYS <= set(stats)
     assert all(isinstance(stats[k], int) and stats[k] == 0 for k in STAT_KEYS)
@@ -324,8 +374,9 @@ def test_pool_stats_keys(om):
        shapes=st.lists(st.tuples(st.integers(1, 8), st.integers(1, 64)), min_size=1, max_size=12),
        order=st.randoms(use_true_random=False))
 def test_pool_never_holds_more_than_max_bytes(om, max_bytes, shapes, order):
-    """Free memory kept for reuse never exceeds max_bytes, whatever the order batches come
-    back in; counters stay consistent (hits + misses = rents, nothing in use at the end)."""
+    """§5 (BufferPool): Free memory kept for reuse never exceeds max_bytes, whatever the
+    order batches come back in; counters stay consistent (hits + misses = rents, nothing in
+    use at the end)."""
     pool = om.BufferPool(max_bytes=max_bytes)
     col = om.ImageBatchCollator(pool=pool)
     live = [col.collate(_samples(om, b, h=8, widths=[w] * b), list(range(b)), 0, 0, 0)
@@ -351,7 +402,7 @@ def test_pool_never_holds_more_than_max_bytes(om, max_bytes, shapes, order):
 
 
 def test_pool_refuses_bad_max_bytes(om):
-    """max_bytes is a non-negative integer: a negative one is a ValueError, a non-integer
+    """§5 (BufferPool): max_bytes is a non-negative integer: a negative one is a ValueError, a non-integer
     (1.5, "1", True) a TypeError (the package's exception rule; these were ValueError)."""
     with pytest.raises(ValueError, match="-1"):
         om.BufferPool(max_bytes=-1)
@@ -362,8 +413,9 @@ def test_pool_refuses_bad_max_bytes(om):
 
 
 def test_pool_shared_by_threads(om):
-    """One pool serving two collators on two threads stays consistent: every rent is counted
-    once, every block comes back, and the batches built concurrently are correct."""
+    """§5 under §1 workers: One pool serving two collators on two threads stays consistent:
+    every rent is counted once, every block comes back, and the batches built concurrently
+    are correct."""
     pool = om.BufferPool()
     samples = _samples(om, 6, widths=[3, 4, 5, 6, 7, 8], seed=9)
     expected = om.ImageBatchCollator().collate(samples, list(range(6)), 0, 0, 0).images.copy()
@@ -563,8 +615,9 @@ def test_smaller_batches_borrow_the_reserved_blocks(om, widths, live):
 
 
 def test_reserve_counts_larger_blocks_and_gives_up_smaller_ones(om):
-    """reserve(n, k) is satisfied by blocks of n's size class or larger, and when
-    max_bytes leaves no room it frees free blocks too small for n before refusing."""
+    """§5 (BufferPool.reserve): reserve(n, k) is satisfied by blocks of n's size class
+    or larger, and when max_bytes leaves no room it frees free blocks too small for n
+    before refusing."""
     small, large = 64 << 10, 1 << 20
     pool = om.BufferPool(max_bytes=3 * large)
     assert pool.reserve(large, 2) == 2
@@ -609,6 +662,7 @@ def test_block_in_a_reference_cycle_returns_cleanly(om):
 
 
 def test_pool_refuses_absurd_sizes(om):
-    """The pool serves batch-sized requests; a size beyond any batch is refused at once."""
+    """§5 (BufferPool): The pool serves batch-sized requests; a size beyond any batch is
+    refused at once."""
     with pytest.raises(ValueError, match="nbytes"):
         om.BufferPool().reserve(2**63 + 1, 1)

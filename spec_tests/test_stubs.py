@@ -1,4 +1,6 @@
-"""The shipped type stubs (``onemodel_cy/<module>.pyi``) describe the compiled API.
+"""Concern: type stubs (DESIGN: ``.pyi`` stubs for compiled modules); no spec section.
+
+The shipped type stubs (``onemodel_cy/<module>.pyi``) describe the compiled API.
 
 Type checkers cannot see inside the Cython extension modules, so they read the stubs
 beside them instead. A stub that lags the ``.pyx`` (a method added, an argument renamed,
@@ -222,22 +224,24 @@ def _literal(text_or_node):
 # ---------------------------------------------------------------- the tests
 
 def test_py_typed_marker_ships():
-    """PEP 561: without ``py.typed`` type checkers ignore the package's stubs entirely."""
+    """Concern: type stubs. PEP 561: without ``py.typed`` type checkers ignore the
+    package's stubs entirely."""
     assert os.path.isfile(os.path.join(PACKAGE_DIR, "py.typed"))
 
 
 @modules
 def test_every_compiled_module_has_a_stub(name):
-    """Each extension module has a ``.pyi`` beside it that parses; without one, a type
-    checker sees the module as untyped (or missing)."""
+    """Concern: type stubs. Each extension module has a ``.pyi`` beside it that parses;
+    without one, a type checker sees the module as untyped (or missing)."""
     assert os.path.isfile(stub_path(name)), f"{name}.pyi is missing"
     assert stub_of(name), f"{name}.pyi defines nothing"
 
 
 @modules
 def test_stub_names_exist_at_runtime(name):
-    """(a) Every public name a stub defines exists in the compiled module, so the stub
-    never promises a function, class or constant that importing would not find."""
+    """Concern: type stubs. (a) Every public name a stub defines exists in the compiled
+    module, so the stub never promises a function, class or constant that importing
+    would not find."""
     mod = runtime(name)
     missing = [n for n in stub_of(name) if is_public(n) and not hasattr(mod, n)]
     missing += [n for n in stub_classes(name) if not is_public(n) and not hasattr(mod, n)]
@@ -246,9 +250,9 @@ def test_stub_names_exist_at_runtime(name):
 
 @modules
 def test_runtime_classes_and_functions_are_stubbed(name):
-    """(b) Every public class and function the compiled module defines (its
-    ``__module__`` is the module) appears in the stub, so no part of the API is invisible
-    to type checkers."""
+    """Concern: type stubs. (b) Every public class and function the compiled module
+    defines (its ``__module__`` is the module) appears in the stub, so no part of the API
+    is invisible to type checkers."""
     mod = runtime(name)
     stubbed = stub_of(name)
     missing = [n for n, obj in vars(mod).items()
@@ -259,9 +263,9 @@ def test_runtime_classes_and_functions_are_stubbed(name):
 
 @modules
 def test_runtime_constants_are_stubbed(name):
-    """Every public module-level value (``STREAMS``, ``BUILT_WITH_CHECKS``,
-    ``DEFAULT_MAX_BYTES``, ``BUILTIN_AUGMENTATIONS``...) appears in the stub; imported
-    modules are not part of the API and are ignored."""
+    """Concern: type stubs. Every public module-level value (``STREAMS``,
+    ``BUILT_WITH_CHECKS``, ``DEFAULT_MAX_BYTES``, ``BUILTIN_AUGMENTATIONS``...) appears
+    in the stub; imported modules are not part of the API and are ignored."""
     mod = runtime(name)
     stubbed = stub_of(name)
     missing = [n for n, obj in vars(mod).items()
@@ -272,8 +276,9 @@ def test_runtime_constants_are_stubbed(name):
 
 @modules
 def test_stub_class_members_exist_at_runtime(name):
-    """(c, stub -> runtime) Every method, property and attribute a stub class declares
-    exists on the runtime class, so attribute access the stub allows does not fail."""
+    """Concern: type stubs. (c, stub -> runtime) Every method, property and attribute a
+    stub class declares exists on the runtime class, so attribute access the stub allows
+    does not fail."""
     mod = runtime(name)
     problems = []
     for cname, cls in stub_classes(name).items():
@@ -289,11 +294,11 @@ def test_stub_class_members_exist_at_runtime(name):
 
 @modules
 def test_runtime_class_members_are_stubbed(name):
-    """(c, runtime -> stub) Every public method, property and attribute a runtime class
-    defines in its own ``__dict__`` (plus ``__init__``, ``__call__``, ``__len__``,
-    ``__enter__``, ``__exit__``, ``__iter__``, ``__getitem__``) is declared on the same
-    class in the stub, so a new method or ``cdef readonly``/``public`` attribute cannot ship
-    unstubbed."""
+    """Concern: type stubs. (c, runtime -> stub) Every public method, property and attribute
+    a runtime class defines in its own ``__dict__`` (plus ``__init__``, ``__call__``,
+    ``__len__``, ``__enter__``, ``__exit__``, ``__iter__``, ``__getitem__``) is declared on
+    the same class in the stub, so a new method or ``cdef readonly``/``public`` attribute
+    cannot ship unstubbed."""
     mod = runtime(name)
     stubbed = stub_classes(name)
     problems = []
@@ -314,9 +319,9 @@ def test_runtime_class_members_are_stubbed(name):
 
 @modules
 def test_stub_class_bases_and_finality_match_runtime(name):
-    """Stub classes have the runtime's base classes (so ``isinstance`` narrowing and
-    inherited members are right) and are ``@final`` exactly when the compiled type cannot
-    be subclassed (``@cython.final``)."""
+    """Concern: type stubs. Stub classes have the runtime's base classes (so
+    ``isinstance`` narrowing and inherited members are right) and are ``@final`` exactly
+    when the compiled type cannot be subclassed (``@cython.final``)."""
     mod = runtime(name)
     problems = []
     for cname, cls in stub_classes(name).items():
@@ -336,12 +341,12 @@ def test_stub_class_bases_and_finality_match_runtime(name):
 
 @modules
 def test_parameter_names_match_embedded_signatures(name):
-    """(d) Every stubbed function and method has the parameter names, in order, of the
-    runtime signature Cython embeds in ``__doc__`` (``self`` ignored), including the
-    keyword-only marker ``*`` and ``*args``/``**kwargs``: a renamed or missing argument in
-    the stub would make type checkers reject valid keyword calls or accept invalid ones.
-    Slot wrappers without an embedded signature (``__len__``, ``__getitem__``...) are the
-    only ones skipped."""
+    """Concern: type stubs. (d) Every stubbed function and method has the parameter names,
+    in order, of the runtime signature Cython embeds in ``__doc__`` (``self`` ignored),
+    including the keyword-only marker ``*`` and ``*args``/``**kwargs``: a renamed or
+    missing argument in the stub would make type checkers reject valid keyword calls or
+    accept invalid ones. Slot wrappers without an embedded signature (``__len__``,
+    ``__getitem__``...) are the only ones skipped."""
     mod = runtime(name)
     problems = []
     for label, owner, fname, defs in stub_functions(name):
@@ -365,10 +370,10 @@ def test_parameter_names_match_embedded_signatures(name):
 
 @modules
 def test_defaults_match_embedded_signatures(name):
-    """Stub parameters have defaults exactly where the runtime does (an ``@overload`` may
-    leave some out, but every runtime default is in some overload), and literal defaults
-    agree: the stub must not make an optional argument required or a required one
-    optional."""
+    """Concern: type stubs. Stub parameters have defaults exactly where the runtime does
+    (an ``@overload`` may leave some out, but every runtime default is in some overload),
+    and literal defaults agree: the stub must not make an optional argument required or a
+    required one optional."""
     mod = runtime(name)
     problems = []
     for label, owner, fname, defs in stub_functions(name):
@@ -406,8 +411,9 @@ def test_defaults_match_embedded_signatures(name):
 
 
 def test_package_stub_names_exactly_the_public_api():
-    """``onemodel_cy/__init__.pyi`` names every entry of ``__all__`` and nothing that is not
-    exported, so a type checker sees the public API (DESIGN: the API by name, with ``__all__``)."""
+    """Concern: type stubs. ``onemodel_cy/__init__.pyi`` names every entry of ``__all__`` and
+    nothing that is not exported, so a type checker sees the public API (DESIGN: the API by name,
+    with ``__all__``)."""
     path = os.path.join(PACKAGE_DIR, "__init__.pyi")
     with open(path, encoding="utf-8") as fh:
         tree = ast.parse(fh.read(), filename=path)

@@ -1,4 +1,4 @@
-"""Handing batches to PyTorch (§5 memory, §1 ranks under torchrun).
+"""Concern: interop with torch, under §5 (zero-copy views of pooled memory) and §1 (ranks).
 
 A batch's arrays are views of one pooled block. A tensor made from them must share that
 memory (no copy), and the pool must not hand the block to another batch while the tensor
@@ -58,8 +58,9 @@ def overlaps(a, b):
 
 
 def test_from_numpy_shares_the_batch_memory():
-    """torch.from_numpy on a batch's arrays copies nothing: the tensor and the array are the
-    same memory, and a write through either is seen by the other."""
+    """Concern: interop with torch (§5: zero-copy views). torch.from_numpy on a batch's
+    arrays copies nothing: the tensor and the array are the same memory, and a write through
+    either is seen by the other."""
     loader = make_loader(workers=2)
     with loader.iter(3, 5) as stream:
         for batch in stream:
@@ -78,9 +79,10 @@ def test_from_numpy_shares_the_batch_memory():
 
 
 def test_a_block_is_not_reused_while_a_tensor_holds_it():
-    """A tensor keeps the batch's pooled block alive: after batch.close(), many more batches of
-    the same size never land in that memory and the tensor's bytes do not change; once the
-    tensor is gone the pool recycles the block."""
+    """Concern: interop with torch (§5: held memory is never reused). A tensor keeps the
+    batch's pooled block alive: after batch.close(), many more batches of the same size never
+    land in that memory and the tensor's bytes do not change; once the tensor is gone the pool
+    recycles the block."""
     loader = make_loader()
     batch = loader.batch_at(5)
     tensor = torch.from_numpy(batch.images)
@@ -105,8 +107,9 @@ def test_a_block_is_not_reused_while_a_tensor_holds_it():
 
 
 def test_tensors_kept_from_a_running_stream_stay_intact():
-    """Tensors taken from a stream with worker threads stay valid and unchanged while the
-    stream keeps building (and recycling) later batches."""
+    """Concern: interop with torch (§5 under §1 workers). Tensors taken from a stream
+    with worker threads stay valid and unchanged while the stream keeps building (and
+    recycling) later batches."""
     loader = make_loader(workers=4, prefetch=4)
     kept = []
     with loader.iter(0, 40) as stream:
@@ -122,8 +125,9 @@ def test_tensors_kept_from_a_running_stream_stay_intact():
 
 
 def test_interop_to_torch_shares_memory():
-    """interop.to_torch gives the six arrays as tensors over the same memory (no copy) that stay
-    valid after the batch is closed and more batches are built."""
+    """Concern: interop with torch (§5: zero-copy views). interop.to_torch gives the six arrays
+    as tensors over the same memory (no copy) that stay valid after the batch is closed and more
+    batches are built."""
     loader = make_loader()
     batch = loader.batch_at(9)
     arrays = {name: np.array(getattr(batch, name)) for name in FIELDS}
@@ -144,7 +148,8 @@ def test_interop_to_torch_shares_memory():
 
 
 def test_interop_pin_memory_only_where_cuda_exists():
-    """pin_memory=True pins the tensors where CUDA exists, and is a clear error where it does not."""
+    """Concern: interop with torch (pinned memory). pin_memory=True pins the tensors where CUDA
+    exists, and is a clear error where it does not."""
     batch = make_loader().batch_at(2)
     if torch.cuda.is_available():
         tensors = interop.to_torch(batch, pin_memory=True)
@@ -164,15 +169,17 @@ def _torchrun(*extra, timeout=120):
 
 
 def test_torchrun_ranks_example_matches_the_global_batch():
-    """Under torchrun (2 CPU processes, gloo) each rank loads only its share of each batch, and
-    the shares gathered side by side equal the batch built in one process with world size 1."""
+    """Concern: interop with torch (§1: ranks). Under torchrun (2 CPU processes, gloo) each
+    rank loads only its share of each batch, and the shares gathered side by side equal the
+    batch built in one process with world size 1."""
     run = _torchrun()
     assert run.returncode == 0, f"torchrun failed ({run.returncode}):\n{run.stdout[-3000:]}\n{run.stderr[-5000:]}"
     assert "torchrun_ranks: OK: world size 2" in run.stdout, run.stdout
 
 
 def test_torchrun_ranks_example_detects_a_mismatch():
-    """The example's check can fail: a rank built with another seed makes it exit non-zero."""
+    """Concern: interop with torch (§1: ranks). The example's check can fail: a rank built
+    with another seed makes it exit non-zero."""
     run = _torchrun("--perturb-rank", "1", "--steps", "2")
     assert run.returncode != 0, f"a perturbed rank went unnoticed:\n{run.stdout[-3000:]}"
     assert "MISMATCH" in run.stdout + run.stderr

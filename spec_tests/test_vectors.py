@@ -1,4 +1,6 @@
-"""The known-answer vectors of onemodel_cy/conformance/vectors/.
+"""§2 and §3 (readings D1-D11) through the known-answer vectors, and the conformance kit.
+
+The vectors live in onemodel_cy/conformance/vectors/.
 
 * The compiled package reproduces every §2 and §3 vector (rng, permutation, samplers).
 * The oracle reproduces the same vectors through the same ``replay``, and the generator,
@@ -43,13 +45,15 @@ ALL_23 = _cases(*SECTION_FILES)
 
 @pytest.mark.parametrize("case", ALL_23)
 def test_compiled_reproduces_vector(om, case):
-    """The compiled package gives every §2/§3 known answer (pinned readings in `pins`)."""
+    """§2, §3 (D1-D11): The compiled package gives every known answer of rng.json,
+    permutation.json and samplers.json (pinned readings in `pins`)."""
     assert_reproduces(om, case)
 
 
 @pytest.mark.parametrize("case", ALL_23)
 def test_reference_reproduces_vector(case):
-    """The oracle, replayed through the same code, gives the same known answers."""
+    """§2, §3 (D1-D11): The oracle, replayed through the same code, gives the same known
+    answers."""
     assert_reproduces(R, case)
 
 
@@ -96,8 +100,9 @@ def test_mixing_cumulative_tables():
 
 
 def test_vector_files_are_well_formed():
-    """Every file has a section and uniquely named cases with pins, input and output; every
-    reading D1-D17 is pinned by at least one case; the files stay small."""
+    """Concern: conformance kit. Every file has a section and uniquely named cases with
+    pins, input and output; every reading D1-D17 is pinned by at least one case; the files
+    stay small."""
     pinned, total = set(), 0
     for name in VECTOR_FILES:
         total += (VECTORS_DIR / name).stat().st_size
@@ -114,7 +119,7 @@ def test_vector_files_are_well_formed():
 
 
 def test_published_values_are_in_the_vectors():
-    """The SplitMix64 reference outputs from state 1234567 are recorded verbatim."""
+    """§2: The SplitMix64 reference outputs from state 1234567 are recorded verbatim."""
     case = next(c for c in load_vectors("rng.json")["cases"]
                 if c["name"] == "splitmix64_published_state_1234567")
     assert case["output"]["values"] == ["6457827717110365317", "3203168211198807973",
@@ -123,8 +128,8 @@ def test_published_values_are_in_the_vectors():
 
 
 def test_vectors_folder_holds_exactly_the_listed_files():
-    """The package ships one list of vector files: the folder holds those and the format
-    notes, nothing the checker would silently ignore."""
+    """Concern: conformance kit. The package ships one list of vector files: the folder
+    holds those and the format notes, nothing the checker would silently ignore."""
     assert sorted(p.name for p in VECTORS_DIR.iterdir()) == sorted([*VECTOR_FILES, "README.md"])
 
 
@@ -143,9 +148,10 @@ sys.exit(status)
 
 
 def test_generator_rewrites_identical_files():
-    """Running the generator again from reference.py gives byte-identical files for every
-    section (including §1, §4, §6 and the synthetic dataset), without importing the
-    compiled package."""
+    """Concern: conformance kit (DESIGN: the vectors come from the oracle, never from the
+    compiled code). Running the generator again from reference.py gives byte-identical
+    files for every section (including §1, §4, §6 and the synthetic dataset), without
+    importing the compiled package."""
     run = subprocess.run([sys.executable, "-c", _RUN_GENERATOR, GENERATOR], capture_output=True, text=True,
                          cwd=os.path.dirname(os.path.dirname(GENERATOR)), timeout=600)
     assert run.returncode == 0, (f"stale vectors or a compiled import: run python spec_tests/generate_vectors.py\n"
