@@ -1,8 +1,18 @@
-"""The built-in datasets: ArrayImageDataset and SyntheticLineImages (docs/contract.md).
+"""The built-in datasets ArrayImageDataset and SyntheticLineImages, and Sample.
 
-A dataset returns the same sample for the same index, from any thread (§1).
-SyntheticLineImages is this package's own definition, regenerable in any language from
-streams 2 and 3 of ``derive``; the oracle is ``reference.synthetic_sample``.
+What this file covers:
+
+* §1 (datasets): an index always gives back an equal sample, also when several threads
+  read the dataset together;
+* §4 (what a sample is): a planar float32 [C, H, W] image, an int32 target and an integer
+  label, and the refusals of anything else under the package's exception rule
+  (docs/architecture.md, Errors);
+* Concern: built-in synthetic dataset. SyntheticLineImages is this package's own
+  definition (docs/contract.md), regenerable in any language from streams 2 and 3 of
+  ``derive``; the oracle is ``reference.synthetic_sample``; collated, it gives the
+  oracle's §4 batches;
+* Concern: memory safety (issue 13 class 2, sealed storage): the views a dataset or a
+  Sample hands out stay read-only.
 """
 
 from __future__ import annotations
@@ -37,9 +47,10 @@ def synthetic_params(draw):
 
 @given(p=synthetic_params())
 def test_synthetic_matches_reference(om, p):
-    """Sample i of SyntheticLineImages is the contract's: width, target length, symbols and
-    label from the stream-2 rng of derive(seed, 0, i, 0, 2), pixels from stream 3 filled in
-    C, H, W order with next_single; every sample equals the oracle bit for bit."""
+    """Concern: built-in synthetic dataset (docs/contract.md; D2). Sample i of
+    SyntheticLineImages is the contract's: width, target length, symbols and label from
+    the stream-2 rng of derive(seed, 0, i, 0, 2), pixels from stream 3 filled in C, H, W
+    order with next_single; every sample equals the oracle bit for bit."""
     ds = om.SyntheticLineImages(p["count"], p["height"], p["min_width"], p["max_width"],
                                 p["channels"], p["seed"])
     assert len(ds) == p["count"]
@@ -56,9 +67,10 @@ def test_synthetic_matches_reference(om, p):
 
 @given(p=synthetic_params())
 def test_synthetic_geometry(om, p):
-    """Independently of the oracle: widths lie in [min_width, max_width], images are
-    [channels, height, width] with pixels in [0, 1), a target has 1..max(1, width // 16)
-    symbols in 1..95 (0 is left for the CTC blank), the label is in 0..9."""
+    """Concern: built-in synthetic dataset. Independently of the oracle: widths lie in
+    [min_width, max_width], images are [channels, height, width] with pixels in [0, 1), a
+    target has 1..max(1, width // 16) symbols in 1..95 (0 is left for the CTC blank), the
+    label is in 0..9."""
     ds = om.SyntheticLineImages(**p)
     for i in range(len(ds)):
         s = ds[i]
@@ -71,8 +83,9 @@ def test_synthetic_geometry(om, p):
 
 
 def test_synthetic_defaults_and_seed_dependence(om):
-    """The defaults are height 32, widths 64..256, one channel, seed 0; another seed gives
-    other samples; negative seeds are reduced mod 2^64 (D3)."""
+    """Concern: built-in synthetic dataset (D3 for its seed). The defaults are height 32,
+    widths 64..256, one channel, seed 0; another seed gives other samples; negative seeds
+    are reduced mod 2^64."""
     ds = om.SyntheticLineImages(3)
     for i in range(3):
         image, target, label = R.synthetic_sample(i)
@@ -86,8 +99,9 @@ def test_synthetic_defaults_and_seed_dependence(om):
 @settings(max_examples=15)
 @given(p=synthetic_params(), m=st.integers(1, 8), data=st.data())
 def test_synthetic_through_the_collator(om, p, m, data):
-    """End to end: collating SyntheticLineImages samples on the dataset path gives the
-    oracle's collation of the oracle's samples (§4 on the contract's dataset)."""
+    """§4 (D13, D17) on the built-in synthetic dataset: end to end, collating
+    SyntheticLineImages samples on the dataset path with a width multiple and GainOffset
+    gives the oracle's collation of the oracle's samples."""
     p["channels"] = 1
     ds = om.SyntheticLineImages(**p)
     idx = data.draw(st.lists(st.integers(0, p["count"] - 1), min_size=1, max_size=6))
@@ -112,8 +126,9 @@ def test_synthetic_through_the_collator(om, p, m, data):
     (dict(count=2, seed=1.5), TypeError, "seed"),
 ])
 def test_synthetic_refuses_bad_parameters(om, kwargs, error, fragment):
-    """count, height, channels and widths are integers >= 1 with min_width <= max_width;
-    errors name the parameter and the value received."""
+    """Concern: built-in synthetic dataset, refusals under the exception rule. count,
+    height, channels and widths are integers >= 1 with min_width <= max_width; errors
+    name the parameter and the value received."""
     with pytest.raises(error) as e:
         om.SyntheticLineImages(**kwargs)
     assert fragment in str(e.value)
@@ -138,10 +153,11 @@ def array_dataset_inputs(draw):
 
 @given(inputs=array_dataset_inputs())
 def test_array_dataset_round_trips(om, inputs):
-    """ArrayImageDataset returns exactly the images (any shapes), targets and labels it was
-    given; get_sample returns read-only views (float32 image, int32 target) and the same
-    sample for the same index; the input arrays were copied (editing them later changes
-    nothing)."""
+    """§1 (datasets give one fixed sample per index), §4 (sample dtypes):
+    ArrayImageDataset returns exactly the images (any shapes), targets and labels it was
+    given; get_sample returns read-only views (float32 image, int32 target), and asking
+    for an index again gives an equal sample; the input arrays were copied (editing them
+    later changes nothing)."""
     images, targets, labels = inputs
     ds = om.ArrayImageDataset(images, targets, labels)
     originals = [im.copy() for im in images]
@@ -165,7 +181,8 @@ def test_array_dataset_round_trips(om, inputs):
 
 
 def test_array_dataset_accepts_a_4d_array(om):
-    """One float32 [N, C, H, W] array is N images of equal size."""
+    """§4 (planar [C, H, W] samples): one float32 [N, C, H, W] array is N images of equal
+    size, each with its own target and label."""
     images = np.random.default_rng(1).random((4, 2, 3, 5), dtype=np.float32)
     ds = om.ArrayImageDataset(images, [[1], [2, 3], [], [4]], [0, 1, 2, 3])
     assert len(ds) == 4
@@ -176,7 +193,8 @@ def test_array_dataset_accepts_a_4d_array(om):
 
 
 def test_array_dataset_is_thread_safe(om):
-    """Reading from several threads at once gives every thread the same samples (§1)."""
+    """§1 (a dataset serves concurrent readers): three threads reading together each get
+    exactly the samples the dataset holds."""
     gen = np.random.default_rng(2)
     images = [gen.random((1, 4, int(w)), dtype=np.float32) for w in gen.integers(1, 30, size=50)]
     ds = om.ArrayImageDataset(images, [[i % 7] for i in range(50)], list(range(50)))
@@ -198,7 +216,9 @@ def test_array_dataset_is_thread_safe(om):
 
 
 def test_array_dataset_index_errors(om):
-    """get_sample takes an integer in [0, len): others are refused, quoting the index."""
+    """§1 (datasets), with the exception rule: get_sample takes an integer in [0, len);
+    an index outside it is an IndexError quoting it, a float a TypeError, and a numpy
+    integer is accepted."""
     ds = om.ArrayImageDataset([np.ones((1, 1, 2), np.float32)] * 2, [[1], [2]], [0, 0])
     for bad in (2, -1, 1 << 40):
         with pytest.raises(IndexError) as e:
@@ -223,16 +243,18 @@ def test_array_dataset_index_errors(om):
     (np.ones((2, 1, 1, 2), np.float64), [[1], [1]], [0, 0], TypeError, "float64"),
 ])
 def test_array_dataset_refuses_bad_input(om, images, targets, labels, error, fragment):
-    """One target and one label per image; at least one image; float32 [C, H, W] images;
-    targets in [0, 2^31); int32 labels. Errors quote what was received."""
+    """§4 (what a sample is), with the exception rule: one target and one label per
+    image; at least one image; float32 [C, H, W] images; targets in [0, 2^31); int32
+    labels. Errors quote what was received."""
     with pytest.raises(error) as e:
         om.ArrayImageDataset(images, targets, labels)
     assert fragment in str(e.value)
 
 
 def test_storage_views_cannot_be_made_writeable(om):
-    """The fast path trusts the packed storage: the shapes a dataset hands out are a view
-    that cannot be switched back to writeable."""
+    """Concern: memory safety (issue 13 class 2, sealed storage). The fast path trusts
+    the packed storage: the shapes and images a dataset hands out are views that cannot
+    be switched back to writeable."""
     ds = om.SyntheticLineImages(4, height=2, min_width=3, max_width=5, seed=1)
     with pytest.raises(ValueError):
         ds.shapes.flags.writeable = True
@@ -241,8 +263,9 @@ def test_storage_views_cannot_be_made_writeable(om):
 
 
 def test_sample_label_refuses_bools_and_takes_numpy_integers(om):
-    """The exception rule through _validate.as_index: a label is an integer (np.int64
-    included), never a bool (True was taken as 1 before); the error names the value."""
+    """§4 (labels), with the exception rule through _validate.as_index: a label is an
+    integer (np.int64 included), never a bool (True was taken as 1 before); the error
+    names the value."""
     image = np.ones((1, 1, 2), np.float32)
     assert om.Sample(image, [1], np.int64(-3)).label == -3
     with pytest.raises(TypeError, match="True"):
@@ -252,9 +275,10 @@ def test_sample_label_refuses_bools_and_takes_numpy_integers(om):
 
 
 def test_sample_targets_of_every_integer_kind_are_copied_and_checked(om):
-    """A target given as a list, an int64 array, a uint8 array or a strided int32 view is
-    held as a sealed native int32 copy with the same values; an int32 array with a negative
-    value is refused on the copy, naming it."""
+    """§4 (int32 targets); Concern: memory safety (issue 13 class 2, sealed copy). A
+    target given as a list, an int64 array, a uint8 array, a strided int32 view or a
+    big-endian int32 array is held as a sealed native int32 copy with the same values; an
+    int32 array with a negative value is refused on the copy, naming it."""
     image = np.ones((1, 1, 2), np.float32)
     for target in ([3, 1], np.array([3, 1], np.int64), np.array([3, 1], np.uint8),
                    np.array([3, 0, 1], np.int32)[::2], np.array([3, 1], ">i4")):

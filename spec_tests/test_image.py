@@ -5,6 +5,10 @@ are first rounded to float32 and scale = 1 / (255 * std), bias = mean / std are 
 in float32 (D15). Gray gives [1, H, W], RGB gives [3, H, W] with per-channel constants;
 both take a row stride in bytes (D16). The oracle is ``reference.gray8_to_planar`` /
 ``reference.rgb8_to_planar``.
+
+Also here: the package's ``out=`` argument of the two helpers, the refusals of their
+arguments under the package's exception rule (docs/architecture.md, Errors), and one
+concern: memory safety (issue 13 class 5, alignment: a misaligned ``out=`` is refused).
 """
 
 from __future__ import annotations
@@ -38,8 +42,9 @@ def _bytes(seed, shape):
 # --------------------------------------------------------------------------- known answers
 
 def test_gray8_known_answer(om):
-    """mean 0.5, std 0.25: scale = f32(1/63.75) (bits 0x3c808081), bias = 2; pixel 0 -> -2,
-    255 -> 2, 128 -> 0x3c008100 (one product rounding, then one subtraction rounding)."""
+    """§6 (D15), a hand-computed answer: mean 0.5, std 0.25 give scale = f32(1/63.75)
+    (bits 0x3c808081) and bias = 2; pixel 0 -> -2, 255 -> 2, 128 -> 0x3c008100 (one
+    product rounding, then one subtraction rounding)."""
     src = np.array([[0, 1, 128], [200, 254, 255]], dtype=np.uint8)
     out = om.gray8_to_planar(src, 0.5, 0.25)
     assert out.shape == (1, 2, 3) and out.dtype == np.float32
@@ -63,10 +68,11 @@ def _d15_discriminating_std():
 
 
 def test_d15_float32_constants_and_unfused_arithmetic(om):
-    """D15: mean and std are rounded to float32, scale and bias computed in float32, and
-    each pixel is a float32 product then a float32 difference, never fused. For a std where
-    the float64-constant reading and the fused reading both differ from D15 (searched
-    over std = k/1000), the helper gives exactly D15's bits for all 256 pixel values."""
+    """§6 (D15): the constants go to float32 before anything else, scale and bias are
+    float32 operations, and each pixel is a float32 product then a float32 difference,
+    never fused. For a std where the float64-constant reading and the fused reading both
+    differ from D15 (searched over std = k/1000), both helpers give exactly D15's bits
+    for all 256 pixel values."""
     std, right, wide, fused = _d15_discriminating_std()
     src = np.arange(256, dtype=np.uint8).reshape(16, 16)
     got = om.gray8_to_planar(src, 0.5, std).reshape(-1)
@@ -80,7 +86,8 @@ def test_d15_float32_constants_and_unfused_arithmetic(om):
 
 
 def test_mean_and_std_are_rounded_to_float32_first(om):
-    """Two float64 stds that round to the same float32 give the same pixels (D15)."""
+    """§6 (D15): two float64 stds, or two float64 means, that round to the same float32
+    give the same pixels."""
     std = 0.229
     nxt = np.nextafter(std, 1.0)
     assert f32(nxt) == f32(std) and nxt != std
@@ -95,7 +102,7 @@ def test_mean_and_std_are_rounded_to_float32_first(om):
 
 @given(h=SIZES, w=SIZES, mean=MEANS, std=STDS, seed=st.integers(0, 2 ** 32 - 1))
 def test_gray8_matches_reference(om, h, w, mean, std, seed):
-    """Gray8: float32 [1, H, W] equal bit for bit to the oracle (D15, D16)."""
+    """§6 (D15, D16): Gray8 gives float32 [1, H, W] equal bit for bit to the oracle."""
     src = _bytes(seed, (h, w))
     got = om.gray8_to_planar(src, mean, std)
     assert _same(got, R.gray8_to_planar(src, mean, std))
@@ -104,9 +111,9 @@ def test_gray8_matches_reference(om, h, w, mean, std, seed):
 @given(h=SIZES, w=SIZES, mean=st.tuples(MEANS, MEANS, MEANS), std=st.tuples(STDS, STDS, STDS),
        seed=st.integers(0, 2 ** 32 - 1))
 def test_rgb8_matches_reference_per_channel(om, h, w, mean, std, seed):
-    """Rgb8: interleaved [H, W, 3] to planar [3, H, W] with each channel's own mean and std,
-    equal to the oracle, and channel c equal to Gray8 of plane c with that channel's
-    constants (the same formula per channel)."""
+    """§6 (D15, D16): Rgb8 turns interleaved [H, W, 3] into planar [3, H, W] with each
+    channel's own mean and std, equal to the oracle, and channel c equals Gray8 of plane
+    c with that channel's constants (the same formula per channel)."""
     src = _bytes(seed, (h, w, 3))
     got = om.rgb8_to_planar(src, mean, std)
     assert _same(got, R.rgb8_to_planar(src, mean, std))
@@ -117,7 +124,8 @@ def test_rgb8_matches_reference_per_channel(om, h, w, mean, std, seed):
 
 @given(mean=MEANS, std=STDS, seed=st.integers(0, 2 ** 32 - 1))
 def test_rgb8_scalar_mean_std_apply_to_every_channel(om, mean, std, seed):
-    """One mean and one std for RGB mean the same constants for the three channels."""
+    """§6 (Rgb8 per-channel constants): one mean and one std for RGB mean the same
+    constants for the three channels, and the result equals the oracle."""
     src = _bytes(seed, (3, 5, 3))
     assert _same(om.rgb8_to_planar(src, mean, std), om.rgb8_to_planar(src, (mean,) * 3, (std,) * 3))
     assert _same(om.rgb8_to_planar(src, mean, std), R.rgb8_to_planar(src, mean, std))
@@ -128,9 +136,10 @@ def test_rgb8_scalar_mean_std_apply_to_every_channel(om, mean, std, seed):
 @given(h=SIZES, w=SIZES, extra=st.integers(1, 9), left=st.integers(0, 5), mean=MEANS, std=STDS,
        seed=st.integers(0, 2 ** 32 - 1))
 def test_gray8_row_stride(om, h, w, extra, left, mean, std, seed):
-    """Rows may lie further apart than their width (D16, stride in bytes): a column slice of a
-    wider array, and a raw bytes buffer with width/height/stride whose padding bytes are
-    garbage, give the same result as the compact image."""
+    """§6 (row stride; D16 counts it in bytes): rows may lie further apart than their
+    width: a column slice of a wider array, and a raw bytes buffer with
+    width/height/stride whose padding bytes are garbage, give the same result as the
+    compact image."""
     wide = _bytes(seed, (h, left + w + extra))
     view = wide[:, left:left + w]
     want = R.gray8_to_planar(np.ascontiguousarray(view), mean, std)
@@ -148,8 +157,8 @@ def test_gray8_row_stride(om, h, w, extra, left, mean, std, seed):
 @given(h=SIZES, w=SIZES, extra=st.integers(1, 9), mean=st.tuples(MEANS, MEANS, MEANS),
        std=st.tuples(STDS, STDS, STDS), seed=st.integers(0, 2 ** 32 - 1))
 def test_rgb8_row_stride(om, h, w, extra, mean, std, seed):
-    """RGB rows of `stride` bytes (>= 3 * width): a pixel slice of a wider image and a raw
-    buffer with padded rows both read only the real pixels."""
+    """§6 (row stride, D16): RGB rows of `stride` bytes (>= 3 * width): a pixel slice of
+    a wider image and a raw buffer with padded rows both read only the real pixels."""
     wide = _bytes(seed, (h, w + extra, 3))
     view = wide[:, extra:, :]
     want = R.rgb8_to_planar(np.ascontiguousarray(view), mean, std)
@@ -162,7 +171,8 @@ def test_rgb8_row_stride(om, h, w, extra, mean, std, seed):
 
 
 def test_raw_buffer_without_stride_is_compact(om):
-    """A raw buffer without stride= has rows of exactly width (gray) or 3*width (RGB) bytes."""
+    """§6 (row stride, D16): a raw buffer without stride= has rows of exactly width
+    (gray) or 3*width (RGB) bytes."""
     src = _bytes(4, (3, 5))
     assert _same(om.gray8_to_planar(src.tobytes(), 0.1, 0.7, width=5, height=3),
                  R.gray8_to_planar(src, 0.1, 0.7))
@@ -172,8 +182,9 @@ def test_raw_buffer_without_stride_is_compact(om):
 
 
 def test_non_contiguous_arrays_are_read_correctly(om):
-    """Any uint8 array view is accepted: flipped rows, every other column, reversed (BGR)
-    channel order; the result is that of the compact copy."""
+    """§6 (strided input): any uint8 array view is accepted: flipped rows, every other
+    column, reversed (BGR) channel order, a transposed plane; the result is that of the
+    compact copy."""
     src = _bytes(6, (6, 8, 3))
     for view in (src[::-1, :, :], src[:, ::2, :], src[:, :, ::-1], src[1:4, 2:7, :]):
         assert _same(om.rgb8_to_planar(view, 0.4, 0.3),
@@ -185,8 +196,8 @@ def test_non_contiguous_arrays_are_read_correctly(om):
 
 
 def test_out_is_reused(om):
-    """With out= the given array is returned and fully overwritten (every element), call
-    after call."""
+    """§6, the package's out= argument: the given array is returned and fully overwritten
+    (every element), call after call, from arrays and from raw buffers."""
     for fn, ref, shape, make in [
             (om.gray8_to_planar, R.gray8_to_planar, (1, 4, 6), lambda s: _bytes(s, (4, 6))),
             (om.rgb8_to_planar, R.rgb8_to_planar, (3, 4, 6), lambda s: _bytes(s, (4, 6, 3)))]:
@@ -214,10 +225,10 @@ def test_out_is_reused(om):
     ("rgb8_to_planar", np.zeros((2, 3, 3), np.uint16), TypeError, "uint16"),
 ])
 def test_bad_arrays_are_refused(om, fn_name, src, error, fragment):
-    """Gray8 takes uint8 [H, W]; Rgb8 takes uint8 [H, W, 3]; anything else is refused with
-    an error quoting the dtype or shape received: a wrong dtype or number of dimensions is
-    a TypeError, a wrong channel count a ValueError (the package's exception rule; a wrong
-    dtype was a ValueError before)."""
+    """§6 (D16 input shapes), with the exception rule: Gray8 takes uint8 [H, W]; Rgb8
+    takes uint8 [H, W, 3]; anything else is refused with an error quoting the dtype or
+    shape received: a wrong dtype or number of dimensions is a TypeError, a wrong channel
+    count a ValueError (a wrong dtype was a ValueError before)."""
     with pytest.raises(error) as e:
         getattr(om, fn_name)(src, 0.0, 1.0)
     assert fragment in str(e.value)
@@ -225,8 +236,9 @@ def test_bad_arrays_are_refused(om, fn_name, src, error, fragment):
 
 @pytest.mark.parametrize("fn_name, channels", [("gray8_to_planar", 1), ("rgb8_to_planar", 3)])
 def test_bad_raw_buffers_are_refused(om, fn_name, channels):
-    """A raw buffer needs width and height; the stride cannot be smaller than one row of
-    pixels; the buffer must hold (height-1)*stride + row bytes; errors quote the numbers."""
+    """§6 (row stride, D16), with the exception rule: a raw buffer needs width and
+    height; the stride cannot be smaller than one row of pixels; the buffer must hold
+    (height-1)*stride + row bytes; errors quote the numbers."""
     fn = getattr(om, fn_name)
     row = 4 * channels
     buf = bytes(3 * row)
@@ -259,8 +271,8 @@ def test_bad_raw_buffers_are_refused(om, fn_name, channels):
     (0.0, float("nan"), "nan"),
 ])
 def test_bad_constants_are_refused(om, mean, std, fragment):
-    """std must not be zero (after rounding to float32) and mean and std must be finite;
-    the error quotes the value received."""
+    """§6 (D15): std must not be zero (after rounding to float32) and mean and std must
+    be finite; the error quotes the value received."""
     for fn, src in ((om.gray8_to_planar, _bytes(0, (2, 2))), (om.rgb8_to_planar, _bytes(0, (2, 2, 3)))):
         with pytest.raises(ValueError) as e:
             fn(src, mean, std)
@@ -268,8 +280,8 @@ def test_bad_constants_are_refused(om, mean, std, fragment):
 
 
 def test_bad_per_channel_constants_are_refused(om):
-    """RGB takes one or three means and stds; a zero std in any channel is refused; gray
-    takes exactly one."""
+    """§6 (Rgb8 per-channel constants): RGB takes one or three means and stds, each
+    finite; a zero std in any channel is refused; gray takes exactly one."""
     src = _bytes(0, (2, 2, 3))
     with pytest.raises(ValueError):
         om.rgb8_to_planar(src, (0.1, 0.2), 1.0)
@@ -289,8 +301,9 @@ def test_bad_per_channel_constants_are_refused(om):
     ([[0.0]], "list"),
 ])
 def test_bad_out_is_refused(om, out, fragment):
-    """out must be a writable C-contiguous float32 array of the result's shape; the error
-    quotes what was received (a wrong shape is a ValueError, anything else a TypeError)."""
+    """§6, the out= argument, with the exception rule: out must be a writable
+    C-contiguous float32 array of the result's shape; the error quotes what was received
+    (a wrong shape is a ValueError, anything else a TypeError)."""
     error = ValueError if fragment == "(1, 3, 5)" else TypeError
     with pytest.raises(error) as e:
         om.gray8_to_planar(_bytes(0, (4, 5)), 0.0, 1.0, out=out)
@@ -299,9 +312,9 @@ def test_bad_out_is_refused(om, out, fragment):
 
 @pytest.mark.parametrize("fn_name, channels", [("gray8_to_planar", 1), ("rgb8_to_planar", 3)])
 def test_misaligned_out_is_refused(om, fn_name, channels):
-    """Issue 13 class 5: a float32 out at an odd address (numpy reports it not aligned) is
-    refused with a TypeError naming the layout, and left unwritten, instead of being
-    written with misaligned stores."""
+    """Concern: memory safety (issue 13 class 5, alignment). A float32 out of a §6 helper
+    at an odd address (numpy reports it not aligned) is refused with a TypeError naming
+    the layout, and left unwritten, instead of being written with misaligned stores."""
     n = channels * 2 * 3
     buf = bytearray(4 * n + 1)
     out = np.frombuffer(buf, dtype=np.float32, offset=1, count=n).reshape(channels, 2, 3)
@@ -313,7 +326,8 @@ def test_misaligned_out_is_refused(om, fn_name, channels):
 
 
 def test_read_only_out_is_refused(om):
-    """A read-only out array is refused rather than written."""
+    """§6, the out= argument: a read-only out array is refused (the error says
+    writeable=False) rather than written."""
     out = np.zeros((3, 2, 2), np.float32)
     out.flags.writeable = False
     with pytest.raises((ValueError, TypeError)) as e:
@@ -324,7 +338,7 @@ def test_read_only_out_is_refused(om):
 
 @pytest.mark.parametrize("kw", [dict(mean=0.0, std=1e39), dict(mean=1e39, std=1.0)])
 def test_constants_that_overflow_float32_are_refused(om, kw):
-    """D15 rounds mean and std to float32 first; a value that becomes infinite there is
-    refused instead of giving a plane of zeros or infinities."""
+    """§6 (D15): mean and std go to float32 before anything else; a value that becomes
+    infinite there is refused instead of giving a plane of zeros or infinities."""
     with pytest.raises(ValueError, match="float32"):
         om.gray8_to_planar(np.zeros((2, 2), np.uint8), **kw)

@@ -1,6 +1,8 @@
-"""Memory safety of the bottom modules (issue 13; architecture items 3, 7, 8).
+"""Concern: memory safety of the bottom modules (issue 13; architecture items 3, 7, 8).
 
-Each test here encodes one class of the issue, in the project's words:
+No spec section is encoded here; the sections whose objects are checked are named in
+each test (§3 samplers, §5 pool, §6 helpers, the §1 datasets). Each test encodes one
+class of the issue, in the project's words:
 
 1. sizes: every size product and sum is overflow-checked; a size that does not fit is a
    ``ValueError`` (or ``MemoryError``) before any memory is touched;
@@ -75,9 +77,10 @@ def _small_dataset(om):
 # --------------------------------------------------------------------------- class 1: sizes
 
 def test_raw_buffer_size_overflow_is_a_value_error(om):
-    """Class 1: (height - 1) * stride + width * channels is computed with checked
-    arithmetic; a stride or width whose size wraps is refused before a pixel is read
-    (the wrapped size passed the length check and the copy read far past the buffer)."""
+    """Concern: memory safety (issue 13 class 1, wrapped size products). For the §6
+    helpers, (height - 1) * stride + width * channels is computed with checked
+    arithmetic; a stride or width whose size wraps is refused before a pixel is read (the
+    wrapped size passed the length check and the copy read far past the buffer)."""
     out = run_isolated("""
         for fn, kw in ((om.gray8_to_planar, dict(width=4, height=2, stride=2**63 - 1)),
                        (om.rgb8_to_planar, dict(width=4, height=3, stride=2**62)),
@@ -92,10 +95,10 @@ def test_raw_buffer_size_overflow_is_a_value_error(om):
 
 
 def test_synthetic_pixel_count_overflow_is_a_value_error(om):
-    """Class 1: SyntheticLineImages checks C * H * W and the running pixel total; a
-    geometry whose pixel count wraps to 0 (2**21 * 2**21 * 2**22 = 2**64) is refused
-    instead of being built with no pixels while its shapes claim 2**64 (which
-    the packed route then read)."""
+    """Concern: memory safety (issue 13 class 1, wrapped size products).
+    SyntheticLineImages checks C * H * W and the running pixel total; a geometry whose
+    pixel count wraps to 0 (2**21 * 2**21 * 2**22 = 2**64) is refused instead of being
+    built with no pixels while its shapes claim 2**64 (which the packed route then read)."""
     out = run_isolated("""
         try:
             ds = om.SyntheticLineImages(1, height=2**21, min_width=2**22, max_width=2**22, channels=2**21)
@@ -108,17 +111,20 @@ def test_synthetic_pixel_count_overflow_is_a_value_error(om):
 
 
 def test_array_dataset_total_size_is_checked(om):
-    """Class 1: a broadcast view can claim far more pixels than memory holds; the packed
-    size is checked before anything is allocated (a ValueError naming what does not fit)."""
+    """Concern: memory safety (issue 13 class 1, wrapped size products). A broadcast view
+    can claim far more pixels than memory holds; the packed size of an ArrayImageDataset
+    is checked before anything is allocated (a ValueError naming what does not fit)."""
     huge = np.broadcast_to(np.zeros((1, 1, 1), np.float32), (2**20, 2**20, 2**20))   # 2**62 bytes each
     with pytest.raises(ValueError, match="does not fit"):
         om.ArrayImageDataset([huge] * 4, [[1]] * 4, [0] * 4)
 
 
 def test_pool_sizes_are_integers_in_range(om):
-    """Class 1 and the exception rule: reserve sizes are checked integers (np.int64 is
-    accepted, bools and floats are TypeError, sizes beyond the pool's range ValueError);
-    BufferPool used isinstance(int), which refused np.int64 and accepted True."""
+    """Concern: memory safety (issue 13 class 1, wrapped size products), with the
+    exception rule; §5 (BufferPool.reserve). Reserve sizes are checked integers (np.int64
+    is accepted, bools and floats are TypeError, sizes beyond the pool's range
+    ValueError); BufferPool used isinstance(int), which refused np.int64 and accepted
+    True."""
     pool = om.BufferPool(max_bytes=1 << 20)
     assert pool.reserve(np.int64(4096), np.int64(2)) == 2
     for bad in (True, 1.5, "1"):
@@ -145,10 +151,11 @@ def _cannot_be_made_writeable(array):
 
 
 def test_dataset_storage_is_sealed(om):
-    """Class 2: ArrayImageDataset.shapes, and every image and target view get_sample
-    hands out, are read-only down to their base: the shape table's base used to be the
-    live, writable table (a width written there made the GIL-free copy read past the
-    pixels)."""
+    """Concern: memory safety (issue 13 class 2, sealed storage).
+    ArrayImageDataset.shapes, and every image and target view get_sample hands out, are
+    read-only down to their base (also for SyntheticLineImages): the shape table's base
+    used to be the live, writable table (a width written there made the GIL-free copy
+    read past the pixels)."""
     for ds in (_small_dataset(om), om.SyntheticLineImages(3, height=2, min_width=3, max_width=6)):
         _cannot_be_made_writeable(ds.shapes)
         for i in range(len(ds)):
@@ -158,8 +165,9 @@ def test_dataset_storage_is_sealed(om):
 
 
 def test_bucketed_sampler_copies_the_lengths(om):
-    """Class 2: BucketedSampler keeps a sealed copy of the lengths; the caller's array is
-    neither kept nor flipped to read-only, and editing it later changes no batch."""
+    """Concern: memory safety (issue 13 class 2, sealed storage). BucketedSampler (§3)
+    keeps a sealed copy of the lengths; the caller's array is neither kept nor flipped to
+    read-only, and editing it later changes no batch."""
     lengths = np.array([5, 3, 9, 1, 7, 2, 8, 4], np.int64)
     s = om.BucketedSampler(lengths, 2, 2, 3)
     before = [s.indices(1, k).tolist() for k in range(4)]
@@ -171,9 +179,10 @@ def test_bucketed_sampler_copies_the_lengths(om):
 
 
 def test_sample_target_is_a_sealed_copy(om):
-    """Class 2: Sample copies its target (and checks the copy): editing the caller's
-    array afterwards never reaches a batch ([-5, 2] reached one before), and the target
-    it exposes cannot be made writeable."""
+    """Concern: memory safety (issue 13 class 2, sealed storage). Sample copies its
+    target (and checks the copy): editing the caller's array afterwards never reaches a
+    batch ([-5, 2] reached one before), and the target it exposes cannot be made
+    writeable."""
     target = np.array([1, 2], np.int32)
     sample = om.Sample(np.ones((1, 2, 2), np.float32), target, 0)
     target[0] = -5
@@ -184,10 +193,11 @@ def test_sample_target_is_a_sealed_copy(om):
 
 
 def test_sample_image_is_read_only_for_good(om):
-    """Class 2 (reading of the brief): a Sample does not copy an aligned native image; its
-    ``image`` is a read-only view of the caller's memory that cannot be made writeable
-    (the caller may still edit their own array: that races only with their own batch,
-    and the collator's bounds come from the Sample's own view, which keeps its shape)."""
+    """Concern: memory safety (issue 13 class 2, sealed storage); our reading of the
+    brief. A Sample does not copy an aligned native image; its ``image`` is a read-only
+    view of the caller's memory that cannot be made writeable (the caller may still edit
+    their own array: that races only with their own batch, and the collator's bounds come
+    from the Sample's own view, which keeps its shape)."""
     image = np.arange(6, dtype=np.float32).reshape(1, 2, 3)
     sample = om.Sample(image, [1], 0)
     assert np.shares_memory(sample.image, image)
@@ -197,9 +207,9 @@ def test_sample_image_is_read_only_for_good(om):
 
 
 def test_second_init_is_refused(om):
-    """Class 2: calling __init__ again on a live dataset, sampler, sample or pool is
-    refused (it freed the storage workers were copying from: use-after-free), and the
-    object keeps working unchanged."""
+    """Concern: memory safety (issue 13 class 2, sealed storage). Calling __init__ again
+    on a live dataset, sampler, sample or pool is refused (it freed the storage workers
+    were copying from: use-after-free), and the object keeps working unchanged."""
     ds = _small_dataset(om)
     with pytest.raises(RuntimeError, match="already"):
         ds.__init__([np.ones((1, 1, 1), np.float32)], [[1]], [0])
@@ -226,9 +236,10 @@ def test_second_init_is_refused(om):
 
 
 def test_reinit_during_collation_cannot_free_storage(om):
-    """Class 2: the use-after-free of a re-initialised dataset, run for real in a
-    subprocess: threads collate from the dataset while another calls __init__ on it;
-    every re-init is refused and every batch equals the first."""
+    """Concern: memory safety (issue 13 class 2, sealed storage). The use-after-free of a
+    re-initialised dataset, run for real in a subprocess: threads collate from the
+    dataset while another calls __init__ on it; every re-init is refused and every batch
+    equals the first."""
     out = run_isolated("""
         import threading
         ds = om.SyntheticLineImages(64, height=4, min_width=64, max_width=128, seed=1)
@@ -262,10 +273,11 @@ def test_reinit_during_collation_cannot_free_storage(om):
 # --------------------------------------------------------------------------- class 3: pickling
 
 def test_no_generated_setstate(om):
-    """Class 3: no class of the bottom modules has Cython's generated
-    __setstate_cython__ (with bounds checks off, obj.__setstate_cython__(()) segfaulted on
-    every sampler and the dataset, and a forged ShuffledSampler state looped forever
-    without the GIL); run in a subprocess so a regression cannot kill pytest."""
+    """Concern: memory safety (issue 13 class 3, pickling). No class of the bottom
+    modules has Cython's generated __setstate_cython__ (with bounds checks off,
+    obj.__setstate_cython__(()) segfaulted on every sampler and the dataset, and a forged
+    ShuffledSampler state looped forever without the GIL); run in a subprocess so a
+    regression cannot kill pytest."""
     out = run_isolated("""
         objs = [om.SequentialSampler(10, 3), om.ShuffledSampler(10, 3, 1), om.MixingSampler([(0, 5, 1.0)], 2, 2, 0),
                 om.BucketedSampler([1, 2, 3, 4], 2, 1, 0), om.SyntheticLineImages(2, 2, 2, 3),
@@ -286,10 +298,10 @@ def test_no_generated_setstate(om):
 
 
 def test_no_class_of_the_bottom_modules_has_generated_pickling():
-    """Class 3: pickling is decided per class (``auto_pickle(False)`` and, where it makes
-    sense, ``__reduce__`` through the constructor): no class of _rng, _permute, _samplers,
-    _datasets, _bufferpool or _image carries Cython's __reduce_cython__ /
-    __setstate_cython__."""
+    """Concern: memory safety (issue 13 class 3, pickling). Pickling is decided per class
+    (``auto_pickle(False)`` and, where it makes sense, ``__reduce__`` through the
+    constructor): no class of _rng, _permute, _samplers, _datasets, _bufferpool or _image
+    carries Cython's __reduce_cython__ / __setstate_cython__."""
     import importlib
     found = []
     for name in ("_rng", "_permute", "_samplers", "_datasets", "_bufferpool", "_image"):
@@ -305,8 +317,9 @@ def test_no_class_of_the_bottom_modules_has_generated_pickling():
 
 
 def test_pickle_round_trips_through_the_constructors(om):
-    """Class 3: samplers, datasets, samples and generators pickle by rebuilding through
-    their validating constructors, and the copy gives the same batches, samples or draws."""
+    """Concern: memory safety (issue 13 class 3, pickling). Samplers, datasets, samples
+    and generators pickle by rebuilding through their validating constructors, and the
+    copy gives the same batches, samples or draws."""
     for s in _samplers(om).values():
         again = pickle.loads(pickle.dumps(s))
         assert type(again) is type(s) and repr(again) == repr(s) and _same_batches(s, again)
@@ -329,9 +342,10 @@ def test_pickle_round_trips_through_the_constructors(om):
 
 
 def test_forged_states_are_refused_and_pools_do_not_pickle(om):
-    """Class 3: a forged pickle can only call the constructor, which validates: the state
-    (2, True, 10, 100) that made an endless ShuffledSampler is refused. Pools and blocks
-    hold process-local memory and refuse pickling with a TypeError."""
+    """Concern: memory safety (issue 13 class 3, pickling). A forged pickle can only call
+    the constructor, which validates: the state (2, True, 10, 100) that made an endless
+    ShuffledSampler is refused. Pools and blocks hold process-local memory and refuse
+    pickling with a TypeError."""
     class Forged:
         def __reduce__(self):
             return (om.ShuffledSampler, (2, True, 10, 100))
@@ -353,9 +367,10 @@ def test_forged_states_are_refused_and_pools_do_not_pickle(om):
 # --------------------------------------------------------------------------- class 4: half-built objects
 
 def test_objects_made_by_new_alone_fail_cleanly(om):
-    """Class 4: every public class of the bottom modules, made by Cls.__new__(Cls)
-    without __init__, raises a clear error when used (or works as an empty object),
-    never crashes: run in a subprocess, since a NULL table read segfaulted."""
+    """Concern: memory safety (issue 13 class 4, half-built objects). Every public class
+    of the bottom modules, made by Cls.__new__(Cls) without __init__, raises a clear
+    error when used (or works as an empty object), never crashes: run in a subprocess,
+    since a NULL table read segfaulted."""
     out = run_isolated("""
         import pickle
         def expect(fn, *errors):
@@ -395,9 +410,10 @@ def test_objects_made_by_new_alone_fail_cleanly(om):
 
 
 def test_failed_sample_init_leaves_nothing_half_set(om):
-    """Class 4: Sample.__init__ validates everything before assigning anything: a target
-    refused after a good image leaves no image behind (the collator then read target=None
-    as an array), so using the sample is a clear error; run in a subprocess."""
+    """Concern: memory safety (issue 13 class 4, half-built objects). Sample.__init__
+    validates everything before assigning anything: a target refused after a good image
+    leaves no image behind (the collator then read target=None as an array), so using the
+    sample is a clear error; run in a subprocess."""
     out = run_isolated("""
         s = om.Sample.__new__(om.Sample)
         try:
@@ -418,8 +434,9 @@ def test_failed_sample_init_leaves_nothing_half_set(om):
 
 
 def test_failed_synthetic_init_leaves_an_empty_dataset(om):
-    """Class 4: a SyntheticLineImages whose generation is refused stays empty (no count
-    without storage) and can still be initialised; the fast path then finds no index."""
+    """Concern: memory safety (issue 13 class 4, half-built objects). A
+    SyntheticLineImages whose generation is refused stays empty (no count without
+    storage) and can still be initialised; the fast path then finds no index."""
     ds = om.SyntheticLineImages.__new__(om.SyntheticLineImages)
     with pytest.raises(ValueError, match="does not fit"):
         ds.__init__(3, height=2**21, min_width=2**22, max_width=2**22, channels=2**21)
@@ -433,9 +450,9 @@ def test_failed_synthetic_init_leaves_an_empty_dataset(om):
 # --------------------------------------------------------------------------- class 5: alignment
 
 def test_misaligned_image_is_copied_aligned(om):
-    """Class 5: a float32 image at an odd address is copied into an aligned array owned by
-    the Sample (the collator would read it with misaligned loads); pixels and batch bits
-    are unchanged."""
+    """Concern: memory safety (issue 13 class 5, alignment). A float32 image at an odd
+    address is copied into an aligned array owned by the Sample (the collator would read
+    it with misaligned loads); pixels and batch bits are unchanged."""
     values = np.random.default_rng(3).random(12, dtype=np.float32)
     buf = bytearray(4 * 12 + 1)
     view = np.frombuffer(buf, dtype=np.float32, offset=1, count=12)
@@ -452,8 +469,9 @@ def test_misaligned_image_is_copied_aligned(om):
 
 
 def test_misaligned_indices_out_is_refused(om):
-    """Class 5: an int64 out= of indices_into at an odd address is refused (TypeError
-    naming the layout) and left unwritten."""
+    """Concern: memory safety (issue 13 class 5, alignment). An int64 out= of a sampler's
+    indices_into at an odd address is refused (TypeError naming the layout) and left
+    unwritten."""
     buf = bytearray(8 * 3 + 1)
     out = np.frombuffer(buf, dtype=np.int64, offset=1, count=3)
     for s in _samplers(om).values():
@@ -465,7 +483,8 @@ def test_misaligned_indices_out_is_refused(om):
 # --------------------------------------------------------------------------- item 8: pool race
 
 def test_concurrent_reserve_never_exceeds_max_bytes(om):
-    """Architecture item 8: each reserved block is checked against max_bytes and added in
+    """Concern: memory safety (architecture item 8, concurrent reservation); §5
+    (BufferPool.reserve). Each reserved block is checked against max_bytes and added in
     one step under the pool's mutex, so threads reserving against one small pool at once
     never hold more than max_bytes together. (Under the GIL the old race needed a thread
     switch inside reserve; on a free-threaded build it exceeded the bound.)"""
@@ -492,6 +511,7 @@ def test_concurrent_reserve_never_exceeds_max_bytes(om):
 
 
 def test_block_address_is_gone(om):
-    """Architecture item 7: Block.address was dead code (nothing used it)."""
+    """Concern: memory safety (architecture item 7, dead code). Block.address was dead
+    code (nothing used it) and no longer exists."""
     from onemodel_cy._bufferpool import Block
     assert not hasattr(Block, "address")

@@ -1,4 +1,10 @@
-"""§3 The keyed permutation of [0, n): a four-round Feistel network with cycle walking (D6)."""
+"""§3 The keyed permutation of [0, n): a four-round Feistel network with cycle walking (D6).
+
+The property tests compare ``keyed_permutation`` and ``permutation`` with
+``reference.py``. Also here: the refusals (D6 and the package's exception rule), one
+check of the oracle itself, and one concern: memory safety (issue 13 class 1, the
+table's byte count is checked).
+"""
 
 from __future__ import annotations
 
@@ -25,8 +31,9 @@ LARGE_N = st.one_of(st.integers(2, (1 << 63) - 1),
 @example(n=2, key=0).via("smallest table")
 @example(n=(1 << 20) + 1, key=M64).via("just past a power of two: long cycle walks")
 def test_permutation_is_a_bijection(om, n, key):
-    """Cycle walking restricts the Feistel bijection on 2^(2*half) values to [0, n), so the
-    table holds every value of [0, n) exactly once."""
+    """§3 (keyed permutation): four Feistel rounds permute [0, 2^(2*half)), and walking
+    each value until it lands below n keeps that a permutation of [0, n): the table holds
+    every value of [0, n) exactly once."""
     table = om.permutation(n, key)
     assert isinstance(table, np.ndarray) and table.dtype == np.int64 and table.shape == (n,)
     assert np.array_equal(np.sort(table), np.arange(n, dtype=np.int64))
@@ -34,8 +41,9 @@ def test_permutation_is_a_bijection(om, n, key):
 
 @pytest.mark.parametrize("key", [0, 1, M64])
 def test_permutation_of_zero_one_two(om, key):
-    """Degenerate sizes: the empty range has an empty table, n = 1 maps to 0 (the result
-    for n <= 1 is 0), and n = 2 is one of the two orders of {0, 1}."""
+    """§3 (keyed permutation, n <= 1): degenerate sizes: the empty range has an empty
+    table, n = 1 maps its one position to 0, and n = 2 is one of the two orders of {0,
+    1}."""
     assert om.permutation(0, key).shape == (0,)
     assert om.permutation(1, key).tolist() == [0]
     assert om.keyed_permutation(0, 1, key) == 0
@@ -58,7 +66,8 @@ def test_single_position_matches_reference(om, n, key, data):
 @given(n=st.integers(1 << 63, M64), key=KEYS, data=st.data())
 @example(n=M64, key=0, data=None).via("largest n")
 def test_single_position_matches_reference_for_n_at_least_2_pow_63(om, n, key, data):
-    """The spec puts no bound on n below 2^64: the same rule holds with bits = 64."""
+    """§3 (D6) at the top of the range: n is bounded only by 2^64, so the same rule holds
+    with bits = 64."""
     ps = [0, n - 1] if data is None else data.draw(
         st.lists(st.integers(0, n - 1), min_size=1, max_size=4))
     for p in ps:
@@ -67,13 +76,15 @@ def test_single_position_matches_reference_for_n_at_least_2_pow_63(om, n, key, d
 
 @given(n=st.integers(0, 3000), key=KEYS)
 def test_table_matches_reference(om, n, key):
-    """The whole table is position-by-position the keyed permutation (oracle table)."""
+    """§3 (D6): the whole table is, position by position, the keyed permutation (oracle
+    table)."""
     assert om.permutation(n, key).tolist() == R.permutation(n, key)
 
 
 @given(n=st.integers(2, 1 << 16), key=KEYS, data=st.data())
 def test_table_agrees_with_single_positions(om, n, key, data):
-    """No table is needed: entry p of the table equals the single-position function at p."""
+    """§3 (a per-position function, no table needed): entry p of the table equals the
+    single-position function at p."""
     table = om.permutation(n, key)
     assert np.array_equal(table, R.permutation_np(n, key))
     for p in data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=10)):
@@ -82,8 +93,8 @@ def test_table_agrees_with_single_positions(om, n, key, data):
 
 @given(n=st.integers(64, 1 << 12), k1=U64, k2=U64)
 def test_key_changes_the_order(om, n, k1, k2):
-    """The key enters every round: two different keys give different orders (with n >= 64
-    a collision of whole tables would be a defect, not bad luck)."""
+    """§3 (the key enters every round): two different keys give different orders (with n
+    >= 64 a collision of whole tables would be a defect, not bad luck)."""
     if k1 != k2:
         assert not np.array_equal(om.permutation(n, k1), om.permutation(n, k2))
 
@@ -106,7 +117,8 @@ def test_position_outside_range_is_an_error(om, n, p):
 
 @pytest.mark.parametrize("n", [-1, -100])
 def test_negative_size_is_an_error(om, n):
-    """A negative size is refused, naming it."""
+    """§3 (keyed permutation), with the exception rule: a negative size is a ValueError
+    naming it."""
     with pytest.raises(ValueError, match=_received(n)):
         om.permutation(n, 0)
     with pytest.raises(ValueError, match=_received(n)):
@@ -115,7 +127,8 @@ def test_negative_size_is_an_error(om, n):
 
 @pytest.mark.parametrize("bad", [1.5, "3", None])
 def test_non_integers_are_type_errors(om, bad):
-    """Position, size and key are integers; anything else is a type error naming it."""
+    """§3 (keyed permutation), with the exception rule: position, size and key are
+    integers; anything else is a TypeError naming it."""
     with pytest.raises(TypeError, match=_received(bad)):
         om.keyed_permutation(bad, 10, 0)
     with pytest.raises(TypeError, match=_received(bad)):
@@ -132,13 +145,14 @@ def test_non_integers_are_type_errors(om, bad):
 
 @given(n=st.integers(0, 2000), key=KEYS)
 def test_reference_vectorised_table_equals_loop(ref, n, key):
-    """The oracle's numpy table equals its plain per-position loop."""
+    """Concern: oracle self-check (§3). The oracle's numpy table equals its plain
+    per-position loop."""
     assert ref.permutation_np(n, key).tolist() == ref.permutation(n, key)
 
 
 def test_table_too_large_for_memory_is_a_value_error(om):
-    """Issue 13 class 1: the table's byte count n * 8 is checked before allocating; a
-    table that cannot fit (n = 2**62: 2**65 bytes) is a ValueError naming it, not a wrapped
-    allocation."""
+    """Concern: memory safety (issue 13 class 1, wrapped size products). The table's byte
+    count n * 8 is checked before allocating; a table that cannot fit (n = 2**62: 2**65
+    bytes) is a ValueError naming it, not a wrapped allocation."""
     with pytest.raises(ValueError, match="permutation table"):
         om.permutation(1 << 62, 0)

@@ -2,6 +2,11 @@
 
 Every property test compares the compiled package with ``reference.py`` on drawn
 inputs, bit for bit.
+
+Also here: the stream numbers (§2's and this package's own streams 2 and 3), the
+package's bulk ``size=`` draws, the refusals (D4 and the package's exception rule),
+checks of the oracle itself, and two concerns: memory safety (issue 13 class 1, bulk
+sizes are checked) and pickling through the constructor (issue 13 class 3).
 """
 
 from __future__ import annotations
@@ -36,8 +41,9 @@ def _u64s(rng, k):
 # --------------------------------------------------------------------------- generator
 
 def test_published_splitmix64_outputs(om):
-    """The generator is exactly SplitMix64 as its author published it: the first five
-    outputs from state 1234567 are the public reference numbers (D2)."""
+    """§2 (SplitMix64), D2 and the published values of the readings: the generator is
+    exactly SplitMix64 as its author published it; the first five outputs from state
+    1234567 are the public reference numbers."""
     rng = om.SampleRng(1234567)
     assert [rng.next_u64() for _ in range(5)] == [
         6457827717110365317, 3203168211198807973, 9817491932198370423,
@@ -48,8 +54,9 @@ def test_published_splitmix64_outputs(om):
 @example(state=0, k=8).via("state zero")
 @example(state=M64, k=8).via("state wraps on the first increment")
 def test_next_u64_matches_reference(om, state, k):
-    """Each 64-bit draw adds the golden-ratio constant to the state (mod 2^64) and
-    returns the two xor-shift-multiply rounds and the final xor-shift of the new state."""
+    """§2 (SplitMix64), D2: each 64-bit draw adds the golden-ratio constant to the state
+    (mod 2^64) and returns the two xor-shift-multiply rounds and the final xor-shift of
+    the new state."""
     got = om.SampleRng(state)
     want = R.SampleRng(state)
     assert _u64s(got, k) == _u64s(want, k)
@@ -69,7 +76,8 @@ def test_state_is_kept_as_given_and_advances_by_golden(om, state):
 
 @given(a=U64, b=U64)
 def test_state_is_writable(om, a, b):
-    """Assigning the state makes the rng indistinguishable from one built with that state."""
+    """§2 (D2), the state property: assigning the state makes the rng indistinguishable
+    from one built with that state."""
     rng = om.SampleRng(a)
     rng.next_u64()
     rng.state = b
@@ -91,8 +99,8 @@ def test_mix_is_output_of_generator_whose_previous_state_is_x(om, x):
 
 @given(state=U64, k=st.integers(1, 30))
 def test_next_single_is_top_24_bits_over_2_pow_24(om, state, k):
-    """A single-precision draw keeps the top 24 bits of a 64-bit draw and scales them by
-    2^-24, so it is an exact float32 in [0, 1) (compared bit for bit)."""
+    """§2 (NextSingle): a single-precision draw keeps the top 24 bits of a 64-bit draw
+    and scales them by 2^-24, so it is an exact float32 in [0, 1) (compared bit for bit)."""
     got, want, twin = om.SampleRng(state), R.SampleRng(state), om.SampleRng(state)
     for _ in range(k):
         g = got.next_single()
@@ -106,7 +114,8 @@ def test_next_single_is_top_24_bits_over_2_pow_24(om, state, k):
 
 @given(state=U64, k=st.integers(1, 30))
 def test_next_double_is_top_53_bits_over_2_pow_53(om, state, k):
-    """A double draw keeps the top 53 bits of a 64-bit draw scaled by 2^-53."""
+    """§2 (NextDouble): a double draw keeps the top 53 bits of a 64-bit draw scaled by
+    2^-53, in [0, 1)."""
     got, want, twin = om.SampleRng(state), R.SampleRng(state), om.SampleRng(state)
     for _ in range(k):
         g = got.next_double()
@@ -143,8 +152,9 @@ def test_next_normal_is_float32_running_sum_of_next_single(om, state):
 
 
 def test_next_normal_float32_accumulation_is_observable(ref):
-    """Guard for the test above: a float64 accumulation differs from D5 for some states,
-    so the float32 rule is really being checked (the reference is the witness)."""
+    """§2 (D5), a guard for the test above: a float64 accumulation differs from D5 for
+    some states, so the float32 rule is really being checked (the reference is the
+    witness)."""
     differs = 0
     for state in range(2000):
         r32 = ref.SampleRng(state).next_normal()
@@ -161,9 +171,9 @@ def test_next_normal_float32_accumulation_is_observable(ref):
 @example(state=ZERO_U_STATE, n=M64, k=2).via("redraw: u = 0, n = 2^64-1")
 @example(state=ZERO_U_STATE, n=1 << 63, k=2).via("power of two: no redraw")
 def test_next_int_matches_reference_and_is_below_n(om, state, n, k):
-    """D4: the bounded draw is the high half of the 128-bit product u*n; when the low half
-    falls under t = (2^64 - n) mod n it is thrown away and a fresh u is taken.  The
-    result is always in [0, n), for every n up to 2^64 - 1."""
+    """§2 (NextInt), D4: the bounded draw is the high half of the 128-bit product u*n; a
+    draw whose low half is below the threshold t = (2^64 - n) mod n is discarded and a
+    fresh u taken. The result is always in [0, n), for every n up to 2^64 - 1."""
     got, want = om.SampleRng(state), R.SampleRng(state)
     for _ in range(k):
         g = got.next_int(n)
@@ -218,9 +228,9 @@ def test_next_int_rejection_zone_with_half_range(om, state):
 
 @given(state=U64, k=st.integers(0, 50))
 def test_bulk_draws_equal_repeated_scalar_draws(om, state, k):
-    """Asking for k values at once yields exactly the k values of k single calls, with the
-    dtype of the method (uint64, float32, float64, uint64, float32), and leaves the
-    same state behind."""
+    """§2 (every draw), the package's size= argument: asking for k values at once yields
+    exactly the k values of k single calls, with the dtype of the method (uint64,
+    float32, float64, uint64, float32), and leaves the same state behind."""
     for method, dtype, args in (("next_u64", np.uint64, ()), ("next_single", np.float32, ()),
                                 ("next_double", np.float64, ()), ("next_int", np.uint64, (7,)),
                                 ("next_int", np.uint64, (M64,)), ("next_normal", np.float32, ())):
@@ -248,14 +258,15 @@ def test_derive_matches_reference(om, seed, epoch, step, slot, stream):
 
 @given(seed=U64, a=st.integers(0, 1 << 20), b=st.integers(0, 1 << 20))
 def test_derive_argument_order_matters(om, seed, a, b):
-    """The four values are folded one after another, so swapping two distinct ones gives
-    another state (the fold is not a symmetric sum)."""
+    """§2 (Derive): the four values are folded one after another, so swapping two
+    distinct ones gives another state (the fold is not a symmetric sum)."""
     if a != b:
         assert om.derive(seed, a, b, 0, 0) != om.derive(seed, b, a, 0, 0)
 
 
 def test_derive_literal_chain(om):
-    """The derivation written out with Mix: salt-xor the seed, then one Mix per value."""
+    """§2 (Derive), D1: the derivation written out with Mix: salt-xor the seed, then one
+    Mix per value."""
     seed, values = 42, (3, 17, 5, 101)
     h = om.mix(seed ^ 0xD1B54A32D192ED03)
     for v in values:
@@ -290,14 +301,16 @@ def test_next_int_rejects_n_outside_1_to_2_pow_64(om, n):
 
 @pytest.mark.parametrize("bad", [1.5, "3", None, 2.0])
 def test_next_int_rejects_non_integers(om, bad):
-    """A bound that is not an integer is a type error naming what was received."""
+    """§2 (D4), with the exception rule: a bound that is not an integer is a TypeError
+    naming what was received."""
     with pytest.raises(TypeError, match=_received(bad)):
         om.SampleRng(0).next_int(bad)
 
 
 @pytest.mark.parametrize("bad", [1.5, "3", None])
 def test_rng_and_mix_reject_non_integers(om, bad):
-    """States and Mix inputs are integers; anything else is a type error naming it."""
+    """§2 (D1, D2), with the exception rule: states and Mix inputs are integers; anything
+    else is a TypeError naming it."""
     with pytest.raises(TypeError, match=_received(bad)):
         om.SampleRng(bad)
     with pytest.raises(TypeError, match=_received(bad)):
@@ -307,7 +320,8 @@ def test_rng_and_mix_reject_non_integers(om, bad):
 @pytest.mark.parametrize("position", range(5))
 @pytest.mark.parametrize("bad", [1.5, "3", None])
 def test_derive_rejects_non_integers(om, bad, position):
-    """Every Derive argument is an integer; a non-integer anywhere is a type error naming it."""
+    """§2 (Derive, D3), with the exception rule: every Derive argument is an integer; a
+    non-integer anywhere is a TypeError naming it."""
     args = [1, 2, 3, 4, 5]
     args[position] = bad
     with pytest.raises(TypeError, match=_received(bad)):
@@ -316,13 +330,15 @@ def test_derive_rejects_non_integers(om, bad, position):
 
 @pytest.mark.parametrize("bad", [-1, -5])
 def test_bulk_size_must_not_be_negative(om, bad):
-    """A negative number of draws is an error naming the value."""
+    """§2, the size= argument, with the exception rule: a negative number of draws is a
+    ValueError naming the value."""
     with pytest.raises(ValueError, match=_received(bad)):
         om.SampleRng(0).next_u64(size=bad)
 
 
 def test_reference_rejects_the_same_inputs(ref):
-    """The oracle refuses what the package must refuse, with the same exception types."""
+    """Concern: oracle self-check (D4 and the exception rule). The oracle refuses what
+    the package must refuse, with the same exception types."""
     with pytest.raises(ValueError, match="0"):
         ref.SampleRng(0).next_int(0)
     with pytest.raises(ValueError):
@@ -338,7 +354,8 @@ def test_reference_rejects_the_same_inputs(ref):
 
 @given(state=U64, k=st.integers(0, 200))
 def test_reference_bulk_singles_equal_loop(ref, state, k):
-    """The oracle's vectorised single-precision fill equals its plain loop."""
+    """Concern: oracle self-check (§2). The oracle's vectorised single-precision fill
+    equals its plain loop."""
     a, b = ref.SampleRng(state), ref.SampleRng(state)
     bulk = ref._singles_bulk(a, k)
     loop = np.array([b.next_single() for _ in range(k)], dtype=np.float32)
@@ -357,14 +374,16 @@ def test_state_assignment_is_reduced_mod_2_64(om, value):
 
 
 def test_a_bool_is_not_an_integer_argument(om):
-    """Integer arguments take integers; True is refused as the oracle refuses it."""
+    """§2 (D4), with the exception rule: integer arguments take integers; True is refused
+    as the oracle refuses it."""
     with pytest.raises(TypeError, match="True"):
         om.SampleRng(0).next_int(True)
 
 
 def test_bulk_size_too_large_for_memory_is_a_value_error(om):
-    """Issue 13 class 1: the bytes of a bulk draw are checked before allocating; a size
-    whose array cannot fit is a ValueError naming the array (not a wrapped size)."""
+    """Concern: memory safety (issue 13 class 1, wrapped size products). The bytes of a
+    bulk draw are checked before allocating; a size whose array cannot fit is a
+    ValueError naming the array (not a wrapped size)."""
     for draw in ("next_u64", "next_single", "next_double", "next_normal"):
         with pytest.raises(ValueError, match="does not fit"):
             getattr(om.SampleRng(0), draw)(size=1 << 62)
@@ -384,8 +403,9 @@ def test_named_streams_are_module_constants(om):
 
 
 def test_sample_rng_pickles_through_its_constructor(om):
-    """Issue 13 class 3: SampleRng pickles as SampleRng(state); Cython's generated
-    __setstate_cython__ (which wrote raw state with bounds checks off) does not exist."""
+    """Concern: pickling (memory safety, issue 13 class 3). SampleRng pickles as
+    SampleRng(state); Cython's generated __setstate_cython__ (which wrote raw state with
+    bounds checks off) does not exist."""
     import pickle
     rng = om.SampleRng(-1)
     assert rng.__reduce__() == (om.SampleRng, ((1 << 64) - 1,))

@@ -1,7 +1,13 @@
 """§3 Samplers: Sequential, Shuffled, Mixing, Bucketed (readings D7-D12).
 
-All samplers are pure functions of (epoch, step-in-epoch): the tests ask in any order
-and compare with ``reference.py`` and with the properties the text states.
+What a sampler returns depends on (epoch, step-in-epoch) alone: the tests ask in any
+order and compare with ``reference.py`` and with the properties the text states.
+
+Also here: ``indices_into`` (the package's write-into-a-buffer form of a batch), the
+refusals (D10, D11 and the package's exception rule), one check of the oracle itself,
+and these concerns: Python-subclassable Sampler (architecture item 3), pickling of a
+Python sampler, and memory safety (issue 13 class 1, a wrapped ceil(n / B); class 2, the
+lengths cannot be edited).
 """
 
 from __future__ import annotations
@@ -44,7 +50,8 @@ def range_config(draw, max_n=400):
 
 @given(cfg=range_config(), epoch=EPOCHS, data=st.data())
 def test_sequential_matches_reference(om, cfg, epoch, data):
-    """Sequential: position step*B + i is the index itself, in every epoch."""
+    """§3 (Sequential): the index at position step*B + i is that position itself, in
+    every epoch, as in the oracle."""
     n, b, drop = cfg
     s, r = om.SequentialSampler(n, b, drop), R.SequentialSampler(n, b, drop)
     assert (s.steps_per_epoch, s.batch_size) == (r.steps_per_epoch, r.batch_size)
@@ -54,8 +61,9 @@ def test_sequential_matches_reference(om, cfg, epoch, data):
 
 @given(cfg=range_config())
 def test_sequential_steps_per_epoch_and_coverage(om, cfg):
-    """Drop-last gives floor(n/B) full batches that cover exactly positions [0, S*B); without
-    it S = ceil(n/B) and the short last batch holds positions [(S-1)*B, n) (D8)."""
+    """§3 (drop-last), D8: with drop-last there are floor(n/B) full batches that cover
+    exactly positions [0, S*B); without it S = ceil(n/B) and the last, short batch covers
+    positions (S-1)*B up to n - 1."""
     n, b, drop = cfg
     s = om.SequentialSampler(n, b, drop)
     flat = [i for batch in _epoch(s, 0) for i in batch]
@@ -74,8 +82,9 @@ def test_sequential_steps_per_epoch_and_coverage(om, cfg):
 @given(cfg=range_config(max_n=5000), seed=SEEDS, epoch=EPOCHS, data=st.data())
 @example(cfg=(10, 3, False), seed=-1, epoch=0, data=None).via("short last batch, seed -1")
 def test_shuffled_matches_reference(om, cfg, seed, epoch, data):
-    """Shuffled: position p of epoch e reads index perm(p) keyed by Derive(seed, e, 0, 0,
-    101) (D7), seeds taken mod 2^64 (D3)."""
+    """§3 (Shuffled), D7, D3: position p of epoch e reads index perm(p) keyed by
+    Derive(seed, e, 0, 0, 101), seeds taken mod 2^64; the short last batch of a
+    non-drop-last epoch included."""
     n, b, drop = cfg
     s, r = om.ShuffledSampler(n, b, seed, drop), R.ShuffledSampler(n, b, seed, drop)
     assert (s.steps_per_epoch, s.batch_size) == (r.steps_per_epoch, r.batch_size)
@@ -87,8 +96,9 @@ def test_shuffled_matches_reference(om, cfg, seed, epoch, data):
 
 @given(cfg=range_config(max_n=3000), seed=SEEDS, epoch=st.integers(0, 1000))
 def test_shuffled_every_index_once_per_epoch(om, cfg, seed, epoch):
-    """Every index appears once per epoch; with drop-last exactly the images at the first
-    S*B positions of the epoch's permutation are used, without it all n of them."""
+    """§3 (Shuffled), D7: no index repeats within an epoch; with drop-last exactly the
+    images at the first S*B positions of the epoch's permutation are used, without it all
+    n of them."""
     n, b, drop = cfg
     s = om.ShuffledSampler(n, b, seed, drop)
     flat = [i for batch in _epoch(s, epoch) for i in batch]
@@ -112,7 +122,8 @@ def test_shuffled_maps_position_to_perm_not_inverse(om, n, seed, epoch, data):
 
 @given(n=st.integers(64, 2000), seed=SEEDS)
 def test_shuffled_epochs_differ(om, n, seed):
-    """The epoch enters the key, so consecutive epochs use different orders."""
+    """§3 (Shuffled): the epoch is part of the stream-101 key, so consecutive epochs use
+    different orders."""
     s = om.ShuffledSampler(n, n, seed)
     assert _list(s.indices(0, 0)) != _list(s.indices(1, 0))
 
@@ -136,10 +147,10 @@ def mixing_config(draw):
 @given(sources=mixing_config(), b=st.integers(1, 40), steps=st.integers(1, 20), seed=SEEDS,
        epoch=EPOCHS, data=st.data())
 def test_mixing_matches_reference(om, sources, b, steps, seed, epoch, data):
-    """Mixing: slot j of step s takes one double from Derive(seed, e, s, j, 102), picks the
-    first eligible source whose float64 cumulative share exceeds it (zero-share and empty
-    sources skipped, last eligible as fallback), then adds a bounded draw to its start
-    (D9, D10)."""
+    """§3 (Mixing), D9, D10: for slot j of step s the sampler takes one double from
+    Derive(seed, e, s, j, 102), picks the first eligible source whose float64 cumulative
+    share exceeds it (zero-share and empty sources skipped, last eligible as fallback),
+    then adds a bounded draw to its start."""
     s, r = om.MixingSampler(sources, b, steps, seed), R.MixingSampler(sources, b, steps, seed)
     assert (s.steps_per_epoch, s.batch_size) == (steps, b)
     step = data.draw(st.integers(0, steps - 1))
@@ -155,9 +166,10 @@ def share_vectors(draw):
 @settings(derandomize=True, max_examples=25)
 @given(shares=share_vectors(), seed=st.integers(0, M64))
 def test_mixing_counts_within_four_sigma(om, shares, seed):
-    """Draws are independent and with replacement, so the shares hold in expectation: over
-    10,000 draws the count of each source lies within 4 binomial standard deviations
-    sqrt(N p (1 - p)) of N p, p being its normalised share."""
+    """§3 (Mixing): each slot draws on its own and may repeat an index, so a source's
+    share is met on average rather than exactly: over 10,000 draws the count of each
+    source lies within 4 binomial standard deviations sqrt(N p (1 - p)) of N p, p being
+    its normalised share."""
     sources = [(100 * k, 100, sh) for k, sh in enumerate(shares)]
     s = om.MixingSampler(sources, 100, 100, seed)
     counts = np.zeros(len(shares), dtype=np.int64)
@@ -173,8 +185,8 @@ def test_mixing_counts_within_four_sigma(om, shares, seed):
 
 @given(seed=SEEDS, epoch=st.integers(0, 50), b=st.integers(1, 64))
 def test_mixing_skips_zero_share_and_empty_sources(om, seed, epoch, b):
-    """A source takes part only with share > 0 and size > 0: an empty source with the
-    largest share and a zero-share source are never drawn from (D10)."""
+    """§3 (Mixing), D10: only a source with a positive share and at least one index is
+    drawn from: an empty source with the largest share and a zero-share source never are."""
     sources = [(0, 0, 100.0), (1000, 50, 0.0), (2000, 30, 1.0), (3000, 20, 2.0)]
     s = om.MixingSampler(sources, b, 3, seed)
     for step in range(3):
@@ -184,8 +196,9 @@ def test_mixing_skips_zero_share_and_empty_sources(om, seed, epoch, b):
 
 @given(seed=SEEDS, epoch=st.integers(0, 50))
 def test_mixing_slot_uses_its_own_derived_rng(om, seed, epoch):
-    """Per slot one NextDouble then one NextInt(size) from Derive(seed, e, s, slot, 102):
-    with a single source the index is start + the second draw of that rng."""
+    """§3 (Mixing), D10: each slot's rng Derive(seed, e, s, slot, 102) gives first a
+    NextDouble, then a NextInt(size): with a single source the index is start + the
+    second draw of that rng."""
     s = om.MixingSampler([(40, 13, 1.0)], 8, 4, seed)
     for step in range(4):
         want = []
@@ -211,9 +224,10 @@ def bucket_config(draw, max_n=300):
 
 @given(cfg=bucket_config(), seed=SEEDS, epoch=EPOCHS, data=st.data())
 def test_bucketed_matches_reference(om, cfg, seed, epoch, data):
-    """Bucketed (D11): shuffle with key Derive(seed, e, 0, 0, 103), keep S*B, sort pools of
-    B*poolBatches by (length << 32) | index, cut into batches, and serve batch t at step
-    perm(t) keyed by Derive(seed, e, 1, 0, 104) over S."""
+    """§3 (Bucketed), D11: shuffle with key Derive(seed, e, 0, 0, 103), keep S*B, sort
+    pools of B*poolBatches by (length << 32) | index, cut into batches, and serve batch t
+    at step perm(t) keyed by Derive(seed, e, 1, 0, 104) over S; any step agrees with the
+    oracle."""
     lengths, b, pool = cfg
     s, r = om.BucketedSampler(lengths, b, pool, seed), R.BucketedSampler(lengths, b, pool, seed)
     assert (s.steps_per_epoch, s.batch_size) == (len(lengths) // b, b)
@@ -223,9 +237,10 @@ def test_bucketed_matches_reference(om, cfg, seed, epoch, data):
 
 @given(cfg=bucket_config(), seed=SEEDS, epoch=st.integers(0, 1000))
 def test_bucketed_plan_structure(om, cfg, seed, epoch):
-    """The stated structure, rebuilt from the package's own permutation: the kept indices
-    are the first S*B of the epoch's shuffle, each once; each pool is sorted by the unique
-    key (length << 32) | index; and sorted batch t is the batch served at step perm(t)."""
+    """§3 (Bucketed), D11: the stated structure, rebuilt from the package's own
+    permutation: the kept indices are the first S*B of the epoch's shuffle, each once;
+    each pool is sorted by the unique key (length << 32) | index; and sorted batch t is
+    the batch served at step perm(t)."""
     lengths, b, pool = cfg
     s = om.BucketedSampler(lengths, b, pool, seed)
     S = s.steps_per_epoch
@@ -245,8 +260,9 @@ def test_bucketed_plan_structure(om, cfg, seed, epoch):
                                     min_size=1, max_size=25))
 @example(seed=3, queries=[(5, 0), (4, 1), (9, 2), (5, 3), (0, 4), (4, 5), (5, 9)]).via("5, 4, 9, 5, 0")
 def test_bucketed_plan_cache_is_invisible(om, seed, queries):
-    """The plan is cached for the current and previous epoch only, which must not show:
-    one sampler asked epochs in any order answers like a fresh sampler per question."""
+    """§3 (Bucketed plan cache): the sampler keeps the plans of the two most recent
+    epochs, and that must not show: one sampler asked epochs in any order answers like a
+    fresh sampler per question."""
     lengths = [(i * 7919) % 53 for i in range(41)]
     shared = om.BucketedSampler(lengths, 4, 3, seed)
     for epoch, step in queries:
@@ -264,7 +280,9 @@ def _samplers(om):
 
 @given(epoch=st.integers(0, 40), data=st.data())
 def test_indices_into_equals_indices(om, epoch, data):
-    """Writing a batch into a caller's int64 buffer gives the same indices and their count."""
+    """§3 (every sampler), the package's indices_into: writing a batch into a caller's
+    int64 buffer gives the same indices and their count, and leaves the rest of the
+    buffer alone."""
     for s in _samplers(om):
         step = data.draw(st.integers(0, s.steps_per_epoch - 1))
         want = _list(s.indices(epoch, step))
@@ -277,8 +295,8 @@ def test_indices_into_equals_indices(om, epoch, data):
 
 @given(queries=st.lists(st.tuples(st.integers(0, 30), st.integers(0, 3)), min_size=1, max_size=30))
 def test_samplers_are_pure_functions_of_epoch_and_step(om, queries):
-    """Every sampler is a pure function of (epoch, step): any order of questions gives the
-    answers the oracle gives for each question alone."""
+    """§3 (no sampler state): a sampler's answer depends only on (epoch, step), so any
+    order of questions gives the answers the oracle gives for each question alone."""
     refs = [R.SequentialSampler(23, 5, False), R.ShuffledSampler(23, 5, 9, False),
             R.MixingSampler([(0, 10, 0.4), (10, 13, 0.6)], 5, 4, 9),
             R.BucketedSampler([i % 6 for i in range(23)], 5, 2, 9)]
@@ -315,8 +333,8 @@ def _constructors(om):
 @pytest.mark.parametrize("kind", ["sequential", "shuffled", "mixing", "bucketed"])
 @pytest.mark.parametrize("bad", [0, -1, -7])
 def test_zero_or_negative_sizes_are_errors(om, kind, bad):
-    """Sizes, batch sizes, steps per epoch and pool sizes must be >= 1; zero or negative
-    values are refused with a message naming them."""
+    """§3 (sampler sizes), with the exception rule: sizes, batch sizes, steps per epoch
+    and pool sizes must be >= 1; zero or negative values are a ValueError naming them."""
     build, params = _constructors(om)[kind]
     for p in params:
         if p == "seed":
@@ -328,7 +346,8 @@ def test_zero_or_negative_sizes_are_errors(om, kind, bad):
 @pytest.mark.parametrize("kind", ["sequential", "shuffled", "mixing", "bucketed"])
 @pytest.mark.parametrize("bad", [1.5, "3", None])
 def test_non_integer_arguments_are_type_errors(om, kind, bad):
-    """Every integer constructor argument refuses a non-integer with a type error naming it."""
+    """§3 (sampler arguments), with the exception rule: every integer constructor
+    argument refuses a non-integer with a TypeError naming it."""
     build, params = _constructors(om)[kind]
     for p in params:
         with pytest.raises(TypeError, match=_received(bad)):
@@ -337,8 +356,9 @@ def test_non_integer_arguments_are_type_errors(om, kind, bad):
 
 @pytest.mark.parametrize("kind", ["sequential", "shuffled", "mixing", "bucketed"])
 def test_step_epoch_out_of_range_and_non_integers(om, kind):
-    """A step outside [0, steps_per_epoch), a negative epoch, or a non-integer epoch or
-    step is refused, naming the value."""
+    """§3 (step-in-epoch lies in [0, S)), with the exception rule: a step outside [0,
+    steps_per_epoch) or a negative epoch is a ValueError, a non-integer epoch or step a
+    TypeError, each naming the value."""
     s = _constructors(om)[kind][0]()
     S = s.steps_per_epoch
     out = np.zeros(s.batch_size, dtype=np.int64)
@@ -386,20 +406,23 @@ def test_bucketed_length_outside_range_is_an_error(om, bad):
 
 @pytest.mark.parametrize("bad", [1.5, "3", None])
 def test_bucketed_non_integer_length_is_a_type_error(om, bad):
-    """A length that is not an integer is a type error naming it."""
+    """§3 (Bucketed, D11), with the exception rule: a length that is not an integer is a
+    TypeError naming it."""
     with pytest.raises(TypeError, match=_received(bad)):
         om.BucketedSampler([1, 2, bad, 3], 2, 1, 0)
 
 
 def test_bucketed_edge_lengths_are_accepted(om):
-    """The end points of the length range, 0 and 2^31 - 1, are valid."""
+    """§3 (Bucketed), D11: the end points of the length range, 0 and 2^31 - 1, are valid
+    and give the oracle's batches."""
     s = om.BucketedSampler([0, (1 << 31) - 1, 0, (1 << 31) - 1], 2, 1, 0)
     r = R.BucketedSampler([0, (1 << 31) - 1, 0, (1 << 31) - 1], 2, 1, 0)
     assert _epoch(s, 0) == [r.indices(0, k) for k in range(2)]
 
 
 def test_reference_rejects_the_same_inputs(ref):
-    """The oracle refuses the inputs the package must refuse, with the same types."""
+    """Concern: oracle self-check (D10, D11 and the exception rule). The oracle refuses
+    the inputs the package must refuse, with the same types."""
     with pytest.raises(ValueError, match=re.escape("-0.25")):
         ref.MixingSampler([(0, 5, 0.5), (5, 5, -0.25)], 4, 2, 0)
     with pytest.raises(ValueError):
@@ -442,14 +465,16 @@ def test_mixing_shares_with_an_infinite_total_are_refused(om):
 
 
 def test_sampler_sizes_refuse_bools(om):
-    """Sizes are integers, not booleans (as in the oracle)."""
+    """§3 (sampler sizes), with the exception rule: sizes are integers, not booleans (as
+    in the oracle)."""
     with pytest.raises(TypeError, match="True"):
         om.SequentialSampler(True, 1)
 
 
 def test_bucketed_lengths_cannot_be_edited(om):
-    """The plan depends on the lengths: what the sampler hands out is a read-only view
-    that cannot be made writeable again."""
+    """Concern: memory safety (issue 13 class 2, sealed storage). The §3 bucketing plan
+    depends on the lengths: what the sampler hands out is a read-only view that cannot be
+    made writeable again."""
     s = om.BucketedSampler([3, 1, 2, 5], 2, 1, 0)
     with pytest.raises(ValueError):
         s.lengths.flags.writeable = True
@@ -474,10 +499,10 @@ def _python_sampler_class(om):
 
 
 def test_python_sampler_indices_into_and_batch_length(om):
-    """Architecture item 3: a Python subclass of Sampler that defines batch_size,
-    steps_per_epoch and indices() gets indices_into and batch_length from the base, which
-    call indices() and copy what it returns; steps outside [0, S) are refused as for the
-    built-in samplers."""
+    """Concern: Python-subclassable Sampler (architecture item 3). A Python subclass of
+    Sampler that defines batch_size, steps_per_epoch and indices() gets indices_into and
+    batch_length from the base, which call indices() and copy what it returns; steps
+    outside [0, S) are refused as for the built-in samplers (§3)."""
     s = _python_sampler_class(om)()
     out = np.full(3, -1, np.int64)
     assert s.indices_into(0, 1, out) == 3 and out.tolist() == [5, 4, 3]
@@ -491,10 +516,10 @@ def test_python_sampler_indices_into_and_batch_length(om):
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_python_sampler_through_a_data_loader(om, workers):
-    """Architecture item 3: a Python sampler drives a DataLoader end to end (the loader
-    calls batch_size, steps_per_epoch, batch_length and indices_into); with 0 and 2
-    workers every batch of the stream equals batch_at and holds the indices the sampler
-    gave."""
+    """Concern: Python-subclassable Sampler (architecture item 3), under the §1 contract.
+    A Python sampler drives a DataLoader end to end (the loader calls batch_size,
+    steps_per_epoch, batch_length and indices_into); with 0 and 2 workers every batch of
+    the stream equals batch_at and holds the indices the sampler gave."""
     ds = om.SyntheticLineImages(10, height=2, min_width=3, max_width=6, seed=4)
     loader = om.DataLoader(ds, _python_sampler_class(om)(), om.ImageBatchCollator(), seed=7,
                            workers=workers)
@@ -512,9 +537,10 @@ def test_python_sampler_through_a_data_loader(om, workers):
 
 
 def test_python_sampler_missing_parts_are_named(om):
-    """Architecture item 3: a subclass that defines nothing (``class S(Sampler): pass``)
-    fails with NotImplementedError naming batch_size, steps_per_epoch and indices, also
-    when handed to a DataLoader (it failed with a step-range ValueError before)."""
+    """Concern: Python-subclassable Sampler (architecture item 3). A subclass that
+    defines nothing (``class S(Sampler): pass``) fails with NotImplementedError naming
+    batch_size, steps_per_epoch and indices, also when handed to a DataLoader (it failed
+    with a step-range ValueError before)."""
     class Nothing(om.Sampler):
         pass
 
@@ -540,8 +566,10 @@ def test_python_sampler_missing_parts_are_named(om):
     ("abc", TypeError, "<U3"),
 ])
 def test_python_sampler_results_are_checked(om, result, error, fragment):
-    """Architecture item 3: what a Python sampler's indices() returns is checked before it
-    reaches the loader: a 1-D integer array of 1..batch_size indices in [0, 2**63)."""
+    """Concern: Python-subclassable Sampler (architecture item 3), with the exception
+    rule. What a Python sampler's indices() returns is checked before it reaches the
+    loader: a 1-D integer array of 1..batch_size indices in [0, 2**63); a refused result
+    writes nothing."""
     class Bad(om.Sampler):
         batch_size = 3
         steps_per_epoch = 2
@@ -557,7 +585,8 @@ def test_python_sampler_results_are_checked(om, result, error, fragment):
 
 
 def test_python_sampler_pickles_its_own_state(om):
-    """A Python sampler pickles through its __dict__ (the base holds none of its state)."""
+    """Concern: pickling (Python samplers). A Python sampler pickles through its __dict__
+    (the base holds none of its state)."""
     import pickle
     s = _python_sampler_class(om)()
     s.steps_per_epoch = 3
@@ -569,9 +598,10 @@ def test_python_sampler_pickles_its_own_state(om):
 
 @pytest.mark.parametrize("kind", ["sequential", "shuffled", "mixing", "bucketed"])
 def test_indices_into_refuses_a_wrong_out_with_a_type_error(om, kind):
-    """Exception rule: an out of the wrong dtype, dimensions or layout (strided, read-only,
-    misaligned: numpy reports a float32 or int64 at an odd address as not aligned) is a
-    TypeError, never written; one too short is a ValueError (these were all ValueError)."""
+    """§3 (every sampler), the package's indices_into, with the exception rule: an out of
+    the wrong dtype, dimensions or layout (strided, read-only, misaligned: numpy reports
+    a float32 or int64 at an odd address as not aligned) is a TypeError, never written;
+    one too short is a ValueError (these were all ValueError)."""
     s = _constructors(om)[kind][0]()
     B = s.batch_size
     read_only = np.zeros(B, np.int64)
@@ -587,8 +617,9 @@ def test_indices_into_refuses_a_wrong_out_with_a_type_error(om, kind):
 
 
 def test_steps_per_epoch_near_2_63_without_drop_last(om):
-    """Issue 13 class 1: ceil(n / B) for n near 2**63 is computed without forming
-    n + B - 1 (which wrapped to a negative steps_per_epoch); the last batch is short."""
+    """Concern: memory safety (issue 13 class 1, wrapped size products); §3 (D8). ceil(n
+    / B) for n near 2**63 is computed without forming n + B - 1 (which wrapped to a
+    negative steps_per_epoch); the last batch is short."""
     n = (1 << 63) - 1
     for cls in (lambda: om.SequentialSampler(n, 2, drop_last=False),
                 lambda: om.ShuffledSampler(n, 2, 5, drop_last=False)):
