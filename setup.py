@@ -2,7 +2,8 @@
 
 All compiler directives and C flags live here, in one place. ``ONEMODEL_CY_CHECKS=1``
 rebuilds every module with bounds, wraparound and initialisation checks switched on
-(CI runs the spec tests once that way).
+(CI runs the spec tests once that way). ``ONEMODEL_CY_SANITIZE=1`` builds them with
+AddressSanitizer and UndefinedBehaviorSanitizer (see docs/safety.md).
 """
 import glob
 import os
@@ -34,6 +35,19 @@ else:
     # each lane exactly like the scalar instruction.
     CFLAGS = ["-O2", "-ftree-vectorize", "-fvect-cost-model=dynamic", "-ffp-contract=off",
               "-fno-fast-math"]
+LDFLAGS = []
+
+# ONEMODEL_CY_SANITIZE=1 (gcc or clang) adds AddressSanitizer and UndefinedBehaviorSanitizer,
+# with no recovery, so that any report aborts the process and fails the run. Only adds flags:
+# the float32 rules above still hold. Load with the runtime preloaded (docs/safety.md).
+SANITIZE = os.environ.get("ONEMODEL_CY_SANITIZE", "0") not in ("", "0")
+if SANITIZE:
+    if os.name == "nt":
+        raise SystemExit("ONEMODEL_CY_SANITIZE=1 is supported with gcc or clang only")
+    SANITIZE_FLAGS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                      "-fno-omit-frame-pointer", "-g"]
+    CFLAGS = CFLAGS + SANITIZE_FLAGS
+    LDFLAGS = LDFLAGS + SANITIZE_FLAGS
 
 MODULES = ["_validate", "_rng", "_permute", "_samplers", "_bufferpool", "_collate", "_image", "_datasets",
            "_alloccount"]
@@ -46,6 +60,7 @@ extensions = [
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION"),
                        ("ONEMODEL_CY_CHECKS", "1" if CHECKS else "0")],
         extra_compile_args=CFLAGS,
+        extra_link_args=LDFLAGS,
     )
     for name in MODULES
 ]
