@@ -136,3 +136,20 @@ def test_collate_reads_a_misaligned_image_correctly(aug):
             print("ok" if batch.images.tobytes() == want["images"].tobytes() else "differs")
     """)
     assert got == "ok"
+
+
+@pytest.mark.xfail(SANITIZED, strict=True, reason=ON_BOTTOM + " (misaligned store, seen by UBSan)")
+@pytest.mark.parametrize("make", ["om.SequentialSampler(12, 3)", "om.ShuffledSampler(12, 3, 5)"])
+def test_indices_into_a_misaligned_out_is_refused_or_correct(make):
+    """§3 (fuzz_samplers): ``indices_into`` wrote 8-byte stores to an int64 ``out`` at an odd
+    address (undefined behaviour; UBSan aborts). Such an ``out`` must be refused with
+    TypeError (an unaccepted memory layout) or filled with the oracle's indices."""
+    got = outcome(f"""
+        s = {make}
+        buf = np.zeros(8 * 3 + 1, np.uint8)
+        out = buf[1:].view(np.int64)
+        n = attempt(s.indices_into, 0, 1, out)
+        if n is not None:
+            print("ok" if out[:n].tolist() == s.indices(0, 1).tolist() else "differs")
+    """)
+    assert got in ("ok", "TypeError")
