@@ -16,6 +16,16 @@ from setuptools.command.build_py import build_py
 
 CHECKS = os.environ.get("ONEMODEL_CY_CHECKS", "0") not in ("", "0")
 
+# ONEMODEL_CY_SANITIZE=1 (gcc or clang) adds AddressSanitizer and UndefinedBehaviorSanitizer
+# with no recovery, so that any report aborts the process and fails the run. These flags are
+# only added to the C flags below: the float32 rules hold. Load the extensions with the
+# sanitizer runtime preloaded (docs/safety.md).
+SANITIZE = os.environ.get("ONEMODEL_CY_SANITIZE", "0") not in ("", "0")
+if SANITIZE and os.name == "nt":
+    raise SystemExit("ONEMODEL_CY_SANITIZE=1 is supported with gcc or clang only")
+SANITIZE_FLAGS = (["-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                   "-fno-omit-frame-pointer", "-g"] if SANITIZE else [])
+
 DIRECTIVES = {
     "language_level": 3,
     "boundscheck": CHECKS,
@@ -35,19 +45,6 @@ else:
     # each lane exactly like the scalar instruction.
     CFLAGS = ["-O2", "-ftree-vectorize", "-fvect-cost-model=dynamic", "-ffp-contract=off",
               "-fno-fast-math"]
-LDFLAGS = []
-
-# ONEMODEL_CY_SANITIZE=1 (gcc or clang) adds AddressSanitizer and UndefinedBehaviorSanitizer,
-# with no recovery, so that any report aborts the process and fails the run. Only adds flags:
-# the float32 rules above still hold. Load with the runtime preloaded (docs/safety.md).
-SANITIZE = os.environ.get("ONEMODEL_CY_SANITIZE", "0") not in ("", "0")
-if SANITIZE:
-    if os.name == "nt":
-        raise SystemExit("ONEMODEL_CY_SANITIZE=1 is supported with gcc or clang only")
-    SANITIZE_FLAGS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-                      "-fno-omit-frame-pointer", "-g"]
-    CFLAGS = CFLAGS + SANITIZE_FLAGS
-    LDFLAGS = LDFLAGS + SANITIZE_FLAGS
 
 MODULES = ["_validate", "_rng", "_permute", "_samplers", "_bufferpool", "_collate", "_image", "_datasets",
            "_alloccount"]
@@ -59,8 +56,8 @@ extensions = [
         include_dirs=[numpy.get_include(), "onemodel_cy/src"],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION"),
                        ("ONEMODEL_CY_CHECKS", "1" if CHECKS else "0")],
-        extra_compile_args=CFLAGS,
-        extra_link_args=LDFLAGS,
+        extra_compile_args=CFLAGS + SANITIZE_FLAGS,
+        extra_link_args=SANITIZE_FLAGS,
     )
     for name in MODULES
 ]
