@@ -2,7 +2,8 @@
 
 All compiler directives and C flags live here, in one place. ``ONEMODEL_CY_CHECKS=1``
 rebuilds every module with bounds, wraparound and initialisation checks switched on
-(CI runs the spec tests once that way).
+(CI runs the spec tests once that way). ``ONEMODEL_CY_SANITIZE=1`` builds them with
+AddressSanitizer and UndefinedBehaviorSanitizer (see docs/safety.md).
 """
 import os
 
@@ -11,6 +12,16 @@ from Cython.Build import cythonize
 from setuptools import Extension, setup
 
 CHECKS = os.environ.get("ONEMODEL_CY_CHECKS", "0") not in ("", "0")
+
+# ONEMODEL_CY_SANITIZE=1 (gcc or clang) adds AddressSanitizer and UndefinedBehaviorSanitizer
+# with no recovery, so that any report aborts the process and fails the run. These flags are
+# only added to the C flags below: the float32 rules hold. Load the extensions with the
+# sanitizer runtime preloaded (docs/safety.md).
+SANITIZE = os.environ.get("ONEMODEL_CY_SANITIZE", "0") not in ("", "0")
+if SANITIZE and os.name == "nt":
+    raise SystemExit("ONEMODEL_CY_SANITIZE=1 is supported with gcc or clang only")
+SANITIZE_FLAGS = (["-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                   "-fno-omit-frame-pointer", "-g"] if SANITIZE else [])
 
 DIRECTIVES = {
     "language_level": 3,
@@ -47,7 +58,8 @@ extensions = [
         include_dirs=[numpy.get_include(), "onemodel_cy/src"],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION"),
                        ("ONEMODEL_CY_CHECKS", "1" if CHECKS else "0")],
-        extra_compile_args=CFLAGS,
+        extra_compile_args=CFLAGS + SANITIZE_FLAGS,
+        extra_link_args=SANITIZE_FLAGS,
     )
     for name in MODULES
 ]
