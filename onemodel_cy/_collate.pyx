@@ -18,7 +18,7 @@ from libc.string cimport memcpy
 from libc.stdlib cimport realloc, free
 
 from onemodel_cy._typedefs cimport u64, i64, i32
-from onemodel_cy._validate cimport as_index, as_u64, as_float32, describe, checked_add, checked_mul
+from onemodel_cy._validate cimport as_index, as_size, as_u64, as_float32, describe, checked_add, checked_mul
 from onemodel_cy._rng cimport SampleRng, derive_seed, STREAM_AUGMENTATION
 from onemodel_cy._augment cimport Augmentation, AugmentKernel, store_row
 from onemodel_cy._bufferpool cimport BufferPool, Block
@@ -61,9 +61,7 @@ cdef class Workspace:
         self.scratch_pool = BufferPool()
 
     def __init__(self, batch_size=0, Pacing pacing=None):
-        cdef Py_ssize_t n = as_index(batch_size, "batch_size")
-        if n < 0:
-            raise ValueError(f"batch_size must be >= 0, received {n}")
+        cdef Py_ssize_t n = as_size(batch_size, "batch_size")
         self.indices = np.empty(n, dtype=np.int64)
         self.pacing = pacing
 
@@ -290,9 +288,7 @@ cdef class ImageBatchCollator:
                              f"received {len(indices)} indices")
         if n == 0:
             raise ValueError("cannot collate an empty batch (0 samples)")
-        cdef Py_ssize_t first = as_index(first_slot, "first_slot")
-        if first < 0:
-            raise ValueError(f"first_slot must be >= 0, received {first}")
+        cdef Py_ssize_t first = as_size(first_slot, "first_slot")
         cdef Workspace ws = self.claim_workspace(workspace)
         cdef Py_ssize_t shape[2]
         cdef bint baton = False

@@ -52,11 +52,12 @@ def build_batch(ImageBatchCollator collator not None, dataset, cnp.ndarray indic
     if indices.dtype != np.int64 or indices.ndim != 1 or not indices.flags.c_contiguous \
             or not indices.flags.aligned:
         raise TypeError(f"indices must be an aligned C-contiguous 1-D int64 array, received {describe(indices)}")
-    cdef Py_ssize_t lo = as_index(start, "start")
-    cdef Py_ssize_t hi = indices.shape[0] if stop is None else as_index(stop, "stop")
-    if not 0 <= lo < hi <= indices.shape[0]:
+    first = as_index(start, "start")
+    end = indices.shape[0] if stop is None else as_index(stop, "stop")
+    if not 0 <= first < end <= indices.shape[0]:
         raise ValueError(f"need 0 <= start < stop <= len(indices) = {indices.shape[0]}, "
-                         f"received start={lo}, stop={hi}")
+                         f"received start={first}, stop={end}")
+    cdef Py_ssize_t lo = first, hi = end
     if route not in ROUTES:
         raise ValueError(f"route must be one of {ROUTES}, received {route!r}")
     if transform is not None and not callable(transform):

@@ -16,7 +16,7 @@ from onemodel_cy._typedefs cimport u64
 cnp.import_array()
 
 cdef object MASK64 = (1 << 64) - 1
-cdef object SSIZE_MAX = (1 << (8 * sizeof(Py_ssize_t) - 1)) - 1
+cdef object SSIZE_MAX = (<object>1 << (8 * sizeof(Py_ssize_t) - 1)) - 1   # a Python shift: no C int overflow
 
 
 cdef object as_index(object value, str name):
