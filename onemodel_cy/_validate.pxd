@@ -5,7 +5,9 @@
 #               wrong number of dimensions, memory layout not accepted;
 #   ValueError  the right kind with a value out of range: a negative size, a shape that
 #               does not match, a size product that does not fit in memory;
-#   IndexError  a dataset index (or a position a sampler maps) out of range.
+#   IndexError  a dataset index out of range;
+#   RuntimeError an object used in a state it cannot serve: never initialised,
+#               initialised twice, a workspace already in use.
 from onemodel_cy._typedefs cimport u64
 
 cdef extern from "checked.h":

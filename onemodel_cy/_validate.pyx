@@ -3,7 +3,8 @@
 The exception rule (also in ``docs/contract.md``): ``TypeError`` for the wrong kind of
 object (not an integer, wrong dtype, wrong number of dimensions, a memory layout that is
 not accepted), ``ValueError`` for a value out of range (including a size whose bytes do
-not fit), ``IndexError`` for a dataset index out of range. Messages name what was
+not fit), ``IndexError`` for a dataset index out of range, ``RuntimeError`` for an object
+used in a state it cannot serve (never initialised, initialised twice). Messages name what was
 received and what is allowed.
 """
 import operator
