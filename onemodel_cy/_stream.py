@@ -61,7 +61,9 @@ class _Engine:
         self.owner = weakref.ref(loader)
         self.prefetch = loader.prefetch
         self.workers = workers
-        self.lock = threading.Lock()
+        # Reentrant: the cycle collector may run a loader's __del__ (which closes this
+        # engine) on a worker thread that holds the lock.
+        self.lock = threading.RLock()
         self.room = threading.Condition(self.lock)      # workers wait here for a claimable step
         self.ready = threading.Condition(self.lock)     # the consumer waits here for its step
         self.steps = [-1] * self.prefetch               # slot k holds step steps[k] (or -1)
@@ -204,9 +206,13 @@ class _Engine:
         return stale
 
     def shutdown(self):
-        """End the threads: wake them, then join them (a build in progress runs to its end)."""
+        """End the threads: wake them, then join them (a build in progress runs to its end).
+        Called on one of its own workers (a loader's __del__), it only wakes them: that
+        worker may hold the lock the others need to end."""
         _close_all(self.signal_close())
         current = threading.current_thread()
+        if current in self.threads:
+            return
         deadline = time.monotonic() + _JOIN_TIMEOUT
         started = [t for t in self.threads if t.ident is not None]   # none starts after close
         for thread in started:
