@@ -86,17 +86,20 @@ class _Engine:
         # Each worker starts the next one (start_next). Thread.start() waits until the new
         # thread runs, and a consumer starting them all would then wait for the GIL while
         # the first worker builds (milliseconds per thread): it only waits for the first.
-        with self.lock:
+        # Starts happen under start_lock, not the ring's lock, so they hold up no take().
+        self.start_lock = threading.Lock()
+        with self.start_lock:
             self.threads[0].start()
 
     def start_next(self, k):
-        """Worker k starts worker k + 1 (under the lock, so that none starts after close)."""
+        """Worker k starts worker k + 1, unless the engine is closed (then none starts)."""
         if k + 1 < len(self.threads):
-            with self.lock:
+            with self.start_lock:
                 if not self.closed:
                     self.threads[k + 1].start()
-                else:
-                    self.alive -= len(self.threads) - k - 1     # they never run
+                    return
+            with self.lock:
+                self.alive -= len(self.threads) - k - 1     # they never run
 
     # -- workers' side -----------------------------------------------------------------
 
@@ -213,6 +216,8 @@ class _Engine:
         current = threading.current_thread()
         if current in self.threads:
             return
+        with self.start_lock:   # a start in progress completes; none follows (closed is set)
+            pass
         deadline = time.monotonic() + _JOIN_TIMEOUT
         started = [t for t in self.threads if t.ident is not None]   # none starts after close
         for thread in started:

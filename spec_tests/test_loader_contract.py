@@ -1102,6 +1102,17 @@ def _worker_idents():
     return {t.ident for t in live_workers()}
 
 
+def wait_for_workers(count, seconds=5.0):
+    """The live worker threads once there are ``count`` (each worker starts the next one,
+    so the last may start a little after the first batches arrive)."""
+    deadline = time.monotonic() + seconds
+    while len(live_workers()) != count and time.monotonic() < deadline:
+        time.sleep(0.002)
+    alive = live_workers()
+    assert len(alive) == count, f"expected {count} worker threads, found {[t.name for t in alive]}"
+    return {t.ident for t in alive}
+
+
 class RecordingBuilds:
     """Wraps ``loader._build``: records every step started and every step built; the build
     of step ``fail_at`` raises DatasetBroke."""
@@ -1149,8 +1160,7 @@ def test_epoch_passes_keep_their_workers_and_equal_batch_at(workers, prefetch):
         batches = list(loader)
         assert_stream_is_batch_at(batches, check, range(epoch * S, (epoch + 1) * S), f"pass {epoch}")
         if idents is None:
-            idents, threads_before = _worker_idents(), len(threading.enumerate())
-            assert len(idents) == workers
+            idents, threads_before = wait_for_workers(workers), len(threading.enumerate())
         assert _worker_idents() == idents, f"pass {epoch} ran on new worker threads"
         assert len(threading.enumerate()) == threads_before
     loader.close()
@@ -1193,7 +1203,7 @@ def test_set_epoch_elsewhere_resets_the_engine_on_the_same_threads():
     check = pipe.loader()
     S = loader.steps_per_epoch
     list(loader)
-    idents = _worker_idents()
+    idents = wait_for_workers(2)
     for epoch in (6, 2, 3):
         loader.set_epoch(epoch)
         batches = list(loader)
@@ -1263,7 +1273,7 @@ def test_two_streams_alive_at_once_each_get_their_own_workers():
     for _ in range(S):
         for k, it in enumerate((first, second, third)):
             got[k].append(next(it))
-    assert len(live_workers()) == 6
+    wait_for_workers(6)
     for k in range(3):
         start = 4 * S if k == 2 else S
         assert_stream_is_batch_at(got[k], check, range(start, start + S), f"stream {k}")
@@ -1281,7 +1291,7 @@ def test_a_dropped_loader_takes_its_kept_workers_with_it():
     for cyclic in (False, True):
         loader = Pipe().loader(workers=3, prefetch=4)
         list(loader)
-        assert len(live_workers()) == 3
+        wait_for_workers(3)
         if cyclic:
             loader.myself = loader
         del loader
