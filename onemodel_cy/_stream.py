@@ -57,7 +57,7 @@ class _Engine:
     dropped is collected and its ``__del__`` ends the threads.
     """
 
-    def __init__(self, loader, workers, start, limit):
+    def __init__(self, loader, workers, start, limit, local_first=False):
         self.owner = weakref.ref(loader)
         self.prefetch = loader.prefetch
         self.workers = workers
@@ -69,7 +69,8 @@ class _Engine:
         self.steps = [-1] * self.prefetch               # slot k holds step steps[k] (or -1)
         self.batches = [None] * self.prefetch
         self.errors = [None] * self.prefetch
-        self.next_claim = self.next_take = start
+        self.next_take = start
+        self.next_claim = start + 1 if local_first else start   # the consumer builds `start` itself
         self.limit = limit            # claim nothing at or beyond (None: endless)
         self.failed_at = None         # the step whose build raised, if any
         self.generation = 0           # bumped by reset: builds of an older one are discarded
@@ -175,6 +176,12 @@ class _Engine:
             raise error
         return batch
 
+    def skip(self, g):
+        """The consumer built step g itself: move the window on."""
+        with self.lock:
+            self.next_take = g + 1
+            self.room.notify()
+
     def fits(self, workers, prefetch):
         with self.lock:
             return (not self.closed and self.alive == workers == self.workers
@@ -268,16 +275,17 @@ _handover = threading.Lock()     # guards every loader's ``_idle_engine``
 
 
 def acquire_engine(loader, workers, start, limit):
-    """An engine for a stream of steps [start, limit): the loader's idle one (adopted, or
-    reset when it stands elsewhere), else a new one."""
+    """An engine for a stream of steps [start, limit) and whether it is new: the loader's
+    idle one (adopted, or reset when it stands elsewhere), else a new one, whose first
+    step the consumer builds itself while the threads start."""
     with _handover:
         engine, loader._idle_engine = loader._idle_engine, None
     if engine is not None:
         if engine.fits(workers, loader.prefetch):
             engine.reposition(start, limit)
-            return engine
+            return engine, False
         engine.shutdown()
-    return _Engine(loader, workers, start, limit)
+    return _Engine(loader, workers, start, limit, local_first=True), True
 
 
 def release_engine(loader, engine):
@@ -321,16 +329,19 @@ class BatchStream:
         self._persistent = _persistent    # a pass of `for batch in loader`: keep the engine after it
         self._engine = None
         self._workspace = None
+        self._local = None                # a step the consumer builds itself (a new engine's first)
         self._restart(start)
 
     def _restart(self, start):
         self._closed = False
         self.next_step = start
+        if start != self._local:          # a pending local first step stays the consumer's
+            self._local = None
+        if self._workspace is None:
+            self._workspace = self.loader._new_workspace()
         workers = self.loader._stream_workers()
         if workers == 0:
-            self._engine = None
-            if self._workspace is None:
-                self._workspace = self.loader._new_workspace()
+            self._engine = self._local = None
             return
         # A pass of `for batch in loader` prefetches past its end: the next pass adopts those.
         limit = None if self._persistent else self.stop_step
@@ -341,7 +352,10 @@ class BatchStream:
             self._engine = None
             if engine is not None:
                 engine.shutdown()
-            self._engine = acquire_engine(self.loader, workers, start, limit)
+            self._engine, fresh = acquire_engine(self.loader, workers, start, limit)
+            # New threads take a while to start (and the first of them to build its first
+            # batch): the consumer builds that first step in the meantime.
+            self._local = start if fresh else None
 
     def __iter__(self):
         return self
@@ -355,6 +369,10 @@ class BatchStream:
             engine = self._engine
             if engine is None:
                 batch = self.loader._build(g, self._workspace)
+            elif g == self._local:
+                self._local = None
+                batch = self.loader._build(g, self._workspace)
+                engine.skip(g)
             else:
                 batch = engine.take(g, self.loader.timeout)
         except BaseException:
