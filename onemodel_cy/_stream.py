@@ -19,6 +19,7 @@ it stopped adopts it, prefetched batches included; one starting elsewhere resets
 """
 from __future__ import annotations
 
+import _thread
 import atexit
 import operator
 import threading
@@ -84,23 +85,29 @@ class _Engine:
         self.threads = [threading.Thread(target=_work, name=f"onemodel_cy-worker-{k}",
                                          args=(self, k, loader._new_workspace()), daemon=True)
                         for k in range(workers)]
-        # Each worker starts the next one (start_next). Thread.start() waits until the new
-        # thread runs, and a consumer starting them all would then wait for the GIL while
-        # the first worker builds (milliseconds per thread): it only waits for the first.
-        # Starts happen under start_lock, not the ring's lock, so they hold up no take().
+        # Thread.start() waits until the new thread runs, and then for the GIL, which the
+        # workers already building hold: up to milliseconds per thread on the consumer.
+        # So a bare helper thread starts worker 0 and each worker starts the next one
+        # (start_next); the consumer waits for none. Starts happen under start_lock (not
+        # the ring's lock, so they hold up no take()); shutdown waits on it.
         self.start_lock = threading.Lock()
-        with self.start_lock:
-            self.threads[0].start()
+        _thread.start_new_thread(self.start_next, (-1,))
 
     def start_next(self, k):
-        """Worker k starts worker k + 1, unless the engine is closed (then none starts)."""
-        if k + 1 < len(self.threads):
-            with self.start_lock:
-                if not self.closed:
+        """Start worker k + 1, unless the engine is closed (then none of the rest starts)."""
+        rest = len(self.threads) - k - 1
+        if rest <= 0:
+            return
+        with self.start_lock:
+            if not self.closed:
+                try:
                     self.threads[k + 1].start()
                     return
-            with self.lock:
-                self.alive -= len(self.threads) - k - 1     # they never run
+                except RuntimeError:    # "can't start new thread": the rest never run
+                    pass
+        with self.lock:
+            self.alive -= rest
+            self.ready.notify_all()     # a consumer waiting on no worker at all must know
 
     # -- workers' side -----------------------------------------------------------------
 
