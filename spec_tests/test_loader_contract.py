@@ -1354,3 +1354,23 @@ def test_timeout_bounds_the_wait_for_a_batch():
     assert steps == [0, 1, 2, 3, 4] and waited < 5, waited
     assert stream.closed
     assert_no_workers("after the timeout")
+
+
+def test_workers_that_cannot_start_are_reported_not_waited_for(monkeypatch):
+    """§1 no hang: when the platform refuses to start the worker threads ("can't start new
+    thread"), the consumer still receives the stream's first step (it builds that one itself
+    while workers start), then a RuntimeError instead of waiting forever; nothing is left."""
+    start = threading.Thread.start
+
+    def refuse(self):
+        if self.name.startswith(WORKER_PREFIX):
+            raise RuntimeError("can't start new thread")
+        return start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    loader = Pipe().loader(workers=2, prefetch=2)
+    stream = loader.iter(3, 9)
+    batches, error = drain(stream, stall=3.0)
+    assert [b.global_step for b in batches] == [3]
+    assert isinstance(error, RuntimeError) and "worker" in str(error), error
+    assert_no_workers()
