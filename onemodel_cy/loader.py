@@ -179,7 +179,8 @@ class DataLoader:
             yield from stream
         finally:
             stream.close()
-        self.epoch = epoch + 1
+        if stream.next_step == stream.stop_step:    # not when closed from elsewhere midway
+            self.epoch = epoch + 1
 
     def set_epoch(self, epoch):
         """Choose the epoch the next ``for batch in loader`` runs."""

@@ -1374,3 +1374,22 @@ def test_workers_that_cannot_start_are_reported_not_waited_for(monkeypatch):
     assert [b.global_step for b in batches] == [3]
     assert isinstance(error, RuntimeError) and "worker" in str(error), error
     assert_no_workers()
+
+
+def test_loader_close_during_a_pass_ends_it_without_counting_the_epoch():
+    """§1 shutdown: loader.close() from another thread while a pass runs ends that pass (its
+    loop simply stops, as a stream closed from elsewhere does), ends every worker, and the
+    epoch cut short is not counted as done."""
+    pipe = Pipe(sampler="shuffled", batch_size=2, count=40)
+    loader = pipe.loader(workers=2, prefetch=2)
+    S = loader.steps_per_epoch
+    seen = []
+    for batch in loader:
+        seen.append(batch.global_step)
+        if len(seen) == 3:
+            closer = threading.Thread(target=loader.close)
+            closer.start()
+            closer.join(10)
+    assert seen[:3] == [0, 1, 2] and len(seen) < S, seen
+    assert loader.epoch == 0
+    assert_no_workers("after loader.close() during a pass")
