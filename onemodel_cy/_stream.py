@@ -112,13 +112,18 @@ class _Engine:
     # -- workers' side -----------------------------------------------------------------
 
     def claim(self):
-        """The next step to build and the generation it belongs to; None once closed."""
+        """The next step to build and the generation it belongs to; None once closed, or
+        once a bounded stream's steps are all claimed (an engine that keeps prefetching
+        has no bound; one whose build failed waits for its close)."""
         with self.lock:
             while True:
                 if self.closed:
                     return None
                 g = self.next_claim
-                if g < self.next_take + self.prefetch and (self.limit is None or g < self.limit):
+                if self.limit is not None and g >= self.limit:
+                    if self.failed_at is None:
+                        return None     # the stream's last step is claimed: end now, so close joins at once
+                elif g < self.next_take + self.prefetch:
                     self.next_claim = g + 1
                     return g, self.generation
                 self.room.wait()
