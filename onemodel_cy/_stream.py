@@ -15,7 +15,12 @@ Engines outlive streams in one case: a pass of ``for batch in loader`` that runs
 end hands its engine back to the loader, still prefetching past the epoch's end (the
 next epoch's steps are known: they are a function of g). The next stream starting where
 it stopped adopts it, prefetched batches included; one starting elsewhere resets it
-(same threads, ring emptied, repositioned). Other streams end their threads on close.
+(same threads, ring emptied, repositioned). Other streams end their threads on close;
+a bounded stream's workers end by themselves once its last step is claimed.
+
+Start-up: a stream that needs new threads does not wait for them to start (a bare helper
+thread starts the first worker, each worker the next) and builds its first step on the
+consumer meanwhile.
 """
 from __future__ import annotations
 
