@@ -1,6 +1,6 @@
 """Argument checks and overflow-checked size arithmetic: the one home of both.
 
-The exception rule (also in ``docs/contract.md``): ``TypeError`` for the wrong kind of
+The exception rule (also in ``docs/architecture.md``): ``TypeError`` for the wrong kind of
 object (not an integer, wrong dtype, wrong number of dimensions, a memory layout that is
 not accepted), ``ValueError`` for a value out of range (including a size whose bytes do
 not fit), ``IndexError`` for a dataset index out of range, ``RuntimeError`` for an object

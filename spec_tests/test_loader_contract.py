@@ -948,6 +948,7 @@ def test_iterating_the_loader_gives_one_epoch_per_pass(workers):
     loader.set_epoch(7)
     batches = list(loader)
     assert_stream_is_batch_at(batches, check, range(7 * S, 8 * S), "after set_epoch(7)")
+    loader.close()      # the loader keeps a completed pass's workers until closed
     assert_no_workers()
 
 
@@ -1093,3 +1094,312 @@ def test_steady_state_allocates_little_on_the_consumer(workers):
     per_batch = (after - before) / 140
     assert per_batch < 2048, per_batch
     assert pool.stats()["misses"] == misses
+
+
+# --------------------------------------------------------------------------- epochs: a persistent engine
+
+def _worker_idents():
+    return {t.ident for t in live_workers()}
+
+
+def wait_for_workers(count, seconds=5.0):
+    """The live worker threads once there are ``count`` (each worker starts the next one,
+    so the last may start a little after the first batches arrive)."""
+    deadline = time.monotonic() + seconds
+    while len(live_workers()) != count and time.monotonic() < deadline:
+        time.sleep(0.002)
+    alive = live_workers()
+    assert len(alive) == count, f"expected {count} worker threads, found {[t.name for t in alive]}"
+    return {t.ident for t in alive}
+
+
+class RecordingBuilds:
+    """Wraps ``loader._build``: records every step started and every step built; the build
+    of step ``fail_at`` raises DatasetBroke."""
+
+    def __init__(self, loader, fail_at=None):
+        self.started = []
+        self.built = []
+        self.lock = threading.Lock()
+        build = loader._build
+
+        def recording(g, workspace):
+            with self.lock:
+                self.started.append(g)
+            if g == fail_at:
+                raise DatasetBroke(f"cannot build step {g}")
+            batch = build(g, workspace)
+            with self.lock:
+                self.built.append(g)
+            return batch
+
+        loader._build = recording
+
+    def wait_for(self, steps, seconds=5.0, attempted=False):
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            with self.lock:
+                if set(steps) <= set(self.started if attempted else self.built):
+                    return True
+            time.sleep(0.002)
+        return False
+
+
+@pytest.mark.parametrize("workers,prefetch", [(1, 1), (2, 3), (4, 8)])
+def test_epoch_passes_keep_their_workers_and_equal_batch_at(workers, prefetch):
+    """§1 with persistent workers: `for batch in loader` pass after pass yields epoch e's steps
+    [e*S, (e+1)*S) with the bytes of batch_at, while the same worker threads serve every pass
+    (no thread is started across epoch boundaries); loader.close() ends them."""
+    pipe = Pipe(sampler="shuffled", batch_size=3, count=30, augmentation="gain_offset")
+    loader = pipe.loader(workers=workers, prefetch=prefetch)
+    check = pipe.loader()
+    S = loader.steps_per_epoch
+    idents = None
+    threads_before = None
+    for epoch in range(4):
+        batches = list(loader)
+        assert_stream_is_batch_at(batches, check, range(epoch * S, (epoch + 1) * S), f"pass {epoch}")
+        if idents is None:
+            idents, threads_before = wait_for_workers(workers), len(threading.enumerate())
+        assert _worker_idents() == idents, f"pass {epoch} ran on new worker threads"
+        assert len(threading.enumerate()) == threads_before
+    loader.close()
+    assert_no_workers("after loader.close()")
+    batches = list(loader)          # a closed loader still works: new threads
+    assert_stream_is_batch_at(batches, check, range(4 * S, 5 * S), "pass after close")
+    with loader:
+        pass
+    assert_no_workers("after leaving `with loader:`")
+
+
+def test_the_next_epoch_is_prefetched_across_the_boundary():
+    """§1 prefetch at an epoch boundary: once a pass ends, its workers go on building the next
+    epoch's first prefetch steps, and the next pass takes those very batches (every step is
+    built once in all, none discarded and rebuilt); the ring never drains at the boundary."""
+    pipe = Pipe(sampler="shuffled", batch_size=2, count=24)
+    loader = pipe.loader(workers=2, prefetch=4)
+    check = pipe.loader()
+    S = loader.steps_per_epoch
+    builds = RecordingBuilds(loader)
+    for epoch in range(3):
+        batches = list(loader)
+        assert_stream_is_batch_at(batches, check, range(epoch * S, (epoch + 1) * S), f"pass {epoch}")
+        nxt = (epoch + 1) * S
+        assert builds.wait_for(range(nxt, nxt + 4)), (
+            f"after pass {epoch} the workers did not prefetch steps {nxt}..{nxt + 3}: built {builds.built}")
+    with builds.lock:
+        built = list(builds.built)
+    assert sorted(built) == sorted(set(built)), f"steps built twice (prefetched batches were discarded): {built}"
+    assert set(built) == set(range(3 * S + 4))
+    loader.close()
+
+
+def test_set_epoch_elsewhere_resets_the_engine_on_the_same_threads():
+    """§1: a pass that does not start where the kept workers stand (set_epoch to another epoch,
+    or a stream from iter() elsewhere) discards what they prefetched and starts at its own
+    step, with the same threads, and yields exactly batch_at's bytes."""
+    pipe = Pipe(sampler="bucketed", batch_size=3, count=36, augmentation="python")
+    loader = pipe.loader(workers=2, prefetch=5)
+    check = pipe.loader()
+    S = loader.steps_per_epoch
+    list(loader)
+    idents = wait_for_workers(2)
+    for epoch in (6, 2, 3):
+        loader.set_epoch(epoch)
+        batches = list(loader)
+        assert_stream_is_batch_at(batches, check, range(epoch * S, (epoch + 1) * S), f"set_epoch({epoch})")
+        assert _worker_idents() == idents, "a reset started new threads"
+    # a stream from iter() takes the kept workers too (its steps are built on those threads);
+    # when it closes they end (iter()'s contract)
+    builders = set()
+    build = loader._build
+
+    def recording(g, workspace):
+        builders.add(threading.get_ident())
+        return build(g, workspace)
+
+    loader._build = recording
+    with loader.iter(S + 1, S + 4) as stream:
+        batches = drain_ok(stream, 3)
+    assert builders and builders <= idents, "the iter() stream did not run on the kept workers"
+    assert_stream_is_batch_at(batches, check, range(S + 1, S + 4), "iter() on the kept workers")
+    assert_no_workers("after the iter() stream that took the kept workers closed")
+
+
+def test_an_error_prefetched_past_the_epoch_end_surfaces_only_at_its_step():
+    """§1 errors with persistent workers: a build that fails in the region prefetched beyond a
+    pass's last step does not reach that pass; the pass that does reach the step receives the
+    error there (after every earlier step), then its workers end; a pass elsewhere never sees it."""
+    pipe = Pipe(sampler="shuffled", batch_size=2, count=24)
+    S = pipe.om_sampler().steps_per_epoch
+    bad_step = S + 1                                   # epoch 1, step 1
+    loader = pipe.loader(workers=2, prefetch=4)
+    check = pipe.loader()
+    builds = RecordingBuilds(loader, fail_at=bad_step)
+    batches = list(loader)                              # epoch 0: clean
+    assert_stream_is_batch_at(batches, check, range(S), "epoch 0")
+    assert builds.wait_for([bad_step], attempted=True), "the workers never built ahead into epoch 1"
+    loader.set_epoch(3)                                 # elsewhere: the pending error is dropped
+    assert_stream_is_batch_at(list(loader), check, range(3 * S, 4 * S), "epoch 3")
+    loader.set_epoch(1)
+    seen = []
+    with pytest.raises(DatasetBroke):
+        for batch in loader:
+            seen.append(batch)
+    assert [b.global_step for b in seen] == [S]
+    assert loader.epoch == 1, "an epoch cut short by an error must not count as done"
+    assert_no_workers("after the error")
+
+
+def test_an_error_left_prefetched_is_delivered_by_the_adopting_pass():
+    """§1: the error of a step the kept workers built ahead (here the next epoch's first step)
+    is delivered by the next pass at that step, not earlier and not lost."""
+    pipe = Pipe(sampler="shuffled", batch_size=2, count=24)
+    S = pipe.om_sampler().steps_per_epoch
+    loader = pipe.loader(workers=2, prefetch=3)
+    builds = RecordingBuilds(loader, fail_at=S)
+    list(loader)
+    assert builds.wait_for([S], attempted=True), "the workers never built ahead into epoch 1"
+    iterator = iter(loader)
+    with pytest.raises(DatasetBroke, match=f"step {S}"):
+        next(iterator)
+    assert builds.started.count(S) == 1, "the error was not the one built ahead"
+    assert_no_workers("after the error")
+
+
+def test_two_streams_alive_at_once_each_get_their_own_workers():
+    """§1: two passes over one loader (and an iter() stream) open at the same time, consumed
+    interleaved, each yield their own steps with batch_at's bytes; afterwards the loader keeps
+    one set of workers at most, and close() ends it."""
+    pipe = Pipe(sampler="shuffled", batch_size=2, count=20)
+    loader = pipe.loader(workers=2, prefetch=3)
+    check = pipe.loader()
+    S = loader.steps_per_epoch
+    list(loader)                                        # workers kept, standing at step S
+    first, second = iter(loader), iter(loader)
+    third = loader.iter(4 * S)          # endless: its workers live until it is closed
+    got = {0: [], 1: [], 2: []}
+    for _ in range(S):
+        for k, it in enumerate((first, second, third)):
+            got[k].append(next(it))
+    wait_for_workers(6)
+    for k in range(3):
+        start = 4 * S if k == 2 else S
+        assert_stream_is_batch_at(got[k], check, range(start, start + S), f"stream {k}")
+    for it in (first, second):
+        assert next(it, None) is None
+    third.close()
+    assert len(live_workers()) == 2, "one set of workers is kept, the others end"
+    loader.close()
+    assert_no_workers()
+
+
+def test_a_dropped_loader_takes_its_kept_workers_with_it():
+    """No leak: a loader whose passes kept their workers ends them when it is dropped and
+    collected (the threads hold it only weakly), by reference counting or by the cycle
+    collector."""
+    for cyclic in (False, True):
+        loader = Pipe().loader(workers=3, prefetch=4)
+        list(loader)
+        wait_for_workers(3)
+        if cyclic:
+            loader.myself = loader
+        del loader
+        deadline = time.monotonic() + 2
+        while live_workers() and time.monotonic() < deadline:
+            if cyclic:      # a worker may hold the loader during a build: collect again after
+                gc.collect()
+            time.sleep(0.01)
+        assert_no_workers(f"after dropping the loader ({'cycle' if cyclic else 'refcount'})")
+
+
+def test_close_wakes_idle_workers_at_once():
+    """§1 shutdown without polling: closing a stream whose workers wait for room in a full
+    window (or the loader's kept workers) returns in a few milliseconds; a waiting worker is
+    woken, it does not notice the close only at its next poll."""
+    loader = Pipe(count=48, batch_size=2).loader(workers=4, prefetch=2)
+    durations = []
+    for _ in range(5):
+        stream = loader.iter(0)
+        next(stream)
+        time.sleep(0.05)                  # the window fills; every worker waits
+        t = time.perf_counter()
+        stream.close()
+        durations.append(time.perf_counter() - t)
+        assert_no_workers()
+    assert sorted(durations)[2] < 0.01, f"close() took {durations} s"
+    for _ in range(5):
+        list(loader)
+        time.sleep(0.05)
+        t = time.perf_counter()
+        loader.close()
+        durations.append(time.perf_counter() - t)
+        assert_no_workers()
+    assert sorted(durations[5:])[2] < 0.01, f"loader.close() took {durations[5:]} s"
+
+
+def test_timeout_bounds_the_wait_for_a_batch():
+    """§1 timeout (as PyTorch's DataLoader): with workers, a batch that does not arrive within
+    `timeout` seconds raises TimeoutError naming the step; the stream then ends its workers."""
+    release = threading.Event()
+
+    class Stuck(PyDataset):
+        def get_sample(self, index):
+            if index == 5:
+                release.wait(10)
+            return self.inner.get_sample(index)
+
+    ds = om.SyntheticLineImages(16, 3, 1, 9, seed=4)
+    loader = om.DataLoader(Stuck(ds), om.SequentialSampler(16, 1), om.ImageBatchCollator(), seed=1,
+                           workers=2, prefetch=2, timeout=0.2)
+    stream = loader.iter()
+    steps = [next(stream).global_step for _ in range(5)]
+    # Step 5 arrives after 0.6 s: without the timeout, next() would simply return it. (The
+    # stream's close after the TimeoutError joins the worker, hence waits for that build.)
+    threading.Timer(0.6, release.set).start()
+    t = time.monotonic()
+    with pytest.raises(TimeoutError, match="step 5"):
+        next(stream)
+    waited = time.monotonic() - t
+    assert steps == [0, 1, 2, 3, 4] and waited < 5, waited
+    assert stream.closed
+    assert_no_workers("after the timeout")
+
+
+def test_workers_that_cannot_start_are_reported_not_waited_for(monkeypatch):
+    """§1 no hang: when the platform refuses to start the worker threads ("can't start new
+    thread"), the consumer still receives the stream's first step (it builds that one itself
+    while workers start), then a RuntimeError instead of waiting forever; nothing is left."""
+    start = threading.Thread.start
+
+    def refuse(self):
+        if self.name.startswith(WORKER_PREFIX):
+            raise RuntimeError("can't start new thread")
+        return start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    loader = Pipe().loader(workers=2, prefetch=2)
+    stream = loader.iter(3, 9)
+    batches, error = drain(stream, stall=3.0)
+    assert [b.global_step for b in batches] == [3]
+    assert isinstance(error, RuntimeError) and "worker" in str(error), error
+    assert_no_workers()
+
+
+def test_loader_close_during_a_pass_ends_it_without_counting_the_epoch():
+    """§1 shutdown: loader.close() from another thread while a pass runs ends that pass (its
+    loop simply stops, as a stream closed from elsewhere does), ends every worker, and the
+    epoch cut short is not counted as done."""
+    pipe = Pipe(sampler="shuffled", batch_size=2, count=40)
+    loader = pipe.loader(workers=2, prefetch=2)
+    S = loader.steps_per_epoch
+    seen = []
+    for batch in loader:
+        seen.append(batch.global_step)
+        if len(seen) == 3:
+            closer = threading.Thread(target=loader.close)
+            closer.start()
+            closer.join(10)
+    assert seen[:3] == [0, 1, 2] and len(seen) < S, seen
+    assert loader.epoch == 0
+    assert_no_workers("after loader.close() during a pass")
