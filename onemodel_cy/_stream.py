@@ -79,27 +79,27 @@ class _Engine:
                         for k in range(workers)]
         # Thread.start() waits until the new thread runs, and then for the GIL, which the
         # workers already building hold: up to milliseconds per thread on the consumer.
-        # So a bare helper thread starts worker 0 and each worker starts the next one
-        # (start_next); the consumer waits for none. Starts happen under start_lock (not
-        # the ring's lock, so they hold up no take()); shutdown waits on it.
+        # So a bare helper thread starts the workers one after another (start_all); the
+        # consumer waits for none, and each worker claims its first step as soon as it
+        # runs. Starts happen under start_lock (not the ring's lock, so they hold up no
+        # take()); shutdown waits on it.
         self.start_lock = threading.Lock()
-        _thread.start_new_thread(self.start_next, (-1,))
+        _thread.start_new_thread(self.start_all, ())
 
-    def start_next(self, k):
-        """Start worker k + 1, unless the engine is closed (then none of the rest starts)."""
-        rest = len(self.threads) - k - 1
-        if rest <= 0:
+    def start_all(self):
+        """Start every worker, unless the engine is closed (then none of the rest starts)."""
+        for k, thread in enumerate(self.threads):
+            with self.start_lock:
+                if not self.closed:
+                    try:
+                        thread.start()
+                        continue
+                    except RuntimeError:    # "can't start new thread": the rest never run
+                        pass
+            with self.lock:
+                self.alive -= len(self.threads) - k
+                self.ready.notify_all()     # a consumer waiting on no worker at all must know
             return
-        with self.start_lock:
-            if not self.closed:
-                try:
-                    self.threads[k + 1].start()
-                    return
-                except RuntimeError:    # "can't start new thread": the rest never run
-                    pass
-        with self.lock:
-            self.alive -= rest
-            self.ready.notify_all()     # a consumer waiting on no worker at all must know
 
     # -- workers' side -----------------------------------------------------------------
 
@@ -240,7 +240,6 @@ def _close_all_engines():
 def _work(engine, k, workspace):
     """A worker: claim the next step inside the window, build it, leave it in its slot."""
     try:
-        engine.start_next(k)
         while True:
             claimed = engine.claim()
             if claimed is None:
