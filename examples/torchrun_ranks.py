@@ -118,7 +118,7 @@ def compare(shares, whole):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20, help="steps to check (default 20: crosses an epoch)")
-    parser.add_argument("--start-step", type=int, default=8)
+    parser.add_argument("--start-g", type=int, default=8, help="the first global step")
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--perturb-rank", type=int, default=None,
@@ -139,9 +139,9 @@ def main(argv=None):
     loader = build_loader(seed, rank, world_size, args.workers)
     whole_loader = build_loader(args.seed, 0, 1, workers=0) if rank == 0 else None
 
-    stop = args.start_step + args.steps
+    stop = args.start_g + args.steps
     problems, compared, t0 = [], 0, time.perf_counter()
-    with loader.iter(args.start_step, stop) as stream:
+    with loader.iter(args.start_g, stop) as stream:
         for batch in stream:
             g = batch.global_step
             problems += [f"step {g}, rank {rank}: {p}" for p in check_own_padding(batch)]
@@ -159,7 +159,7 @@ def main(argv=None):
         print(f"[rank {rank}] MISMATCH {p}", file=sys.stderr)
     if rank == 0:
         status = "MISMATCH" if failed.item() else "OK"
-        print(f"torchrun_ranks: {status}: world size {world_size}, steps {args.start_step}..{stop - 1} "
+        print(f"torchrun_ranks: {status}: world size {world_size}, steps {args.start_g}..{stop - 1} "
               f"(S = {loader.steps_per_epoch} per epoch), {compared} samples compared with the global batch, "
               f"{failed.item()} problems, {time.perf_counter() - t0:.2f} s")
     if distributed:

@@ -302,20 +302,20 @@ def close_engines(loader):
 
 
 class BatchStream:
-    """Batches of global steps ``[start_step, stop_step)`` in order; an iterator and a context manager.
+    """Batches of global steps ``[start_g, stop_g)`` in order; an iterator and a context manager.
 
-    ``next_step`` is the step the next ``next()`` returns: pass it to
-    ``loader.iter(start_step=...)`` to resume. ``close()`` (also on leaving ``with``, or
+    ``next_g`` is the global step the next ``next()`` returns: pass it to
+    ``loader.iter(start_g=...)`` to resume. ``close()`` (also on leaving ``with``, or
     when the stream is dropped) ends every worker thread of the stream. (The one exception
     is a completed pass of ``for batch in loader``: its workers stay with the loader for the
     next pass, until ``loader.close()`` or until the loader is collected.)
     """
 
-    def __init__(self, loader, start_step=0, stop_step=None, *, _persistent=False):
+    def __init__(self, loader, start_g=0, stop_g=None, *, _persistent=False):
         self.loader = loader
-        start = check_integer(start_step, "start_step", 0)
-        stop = None if stop_step is None else check_integer(stop_step, "stop_step", start)
-        self.stop_step = stop
+        start = check_integer(start_g, "start_g", 0)
+        stop = None if stop_g is None else check_integer(stop_g, "stop_g", start)
+        self.stop_g = stop
         self._persistent = _persistent    # a pass of `for batch in loader`: keep the engine after it
         self._engine = None
         self._workspace = None
@@ -324,7 +324,7 @@ class BatchStream:
 
     def _restart(self, start):
         self._closed = False
-        self.next_step = start
+        self.next_g = start
         if start != self._local:          # a pending local first step stays the consumer's
             self._local = None
         if self._workspace is None:
@@ -334,7 +334,7 @@ class BatchStream:
             self._engine = self._local = None
             return
         # A pass of `for batch in loader` prefetches past its end: the next pass adopts those.
-        limit = None if self._persistent else self.stop_step
+        limit = None if self._persistent else self.stop_g
         engine = self._engine
         if engine is not None and engine.fits(workers, self.loader.prefetch):
             engine.reposition(start, limit)
@@ -351,8 +351,8 @@ class BatchStream:
         return self
 
     def __next__(self):
-        g = self.next_step
-        if self._closed or (self.stop_step is not None and g >= self.stop_step):
+        g = self.next_g
+        if self._closed or (self.stop_g is not None and g >= self.stop_g):
             self.close()
             raise StopIteration
         try:
@@ -368,7 +368,7 @@ class BatchStream:
         except BaseException:
             self.close()
             raise
-        self.next_step = g + 1
+        self.next_g = g + 1
         return batch
 
     def close(self):
@@ -378,7 +378,7 @@ class BatchStream:
         engine, self._engine = self._engine, None
         if engine is None:
             return
-        if self._persistent and self.next_step == self.stop_step:
+        if self._persistent and self.next_g == self.stop_g:
             release_engine(self.loader, engine)
         else:
             engine.shutdown()
@@ -400,24 +400,34 @@ class BatchStream:
         except Exception:
             pass
 
+    @property
+    def next_step(self) -> int:
+        """Deprecated name of ``next_g`` (the global step, not a step in the epoch)."""
+        warnings.warn("BatchStream.next_step is deprecated: use next_g (the global step)",
+                      DeprecationWarning, stacklevel=2)
+        return self.next_g
+
     def state_dict(self) -> dict:
-        """The whole resume state: the next step, and the pipeline it belongs to."""
-        return {"next_step": self.next_step, "fingerprint": self.loader.fingerprint()}
+        """The whole resume state: the next global step, and the pipeline it belongs to."""
+        return {"next_g": self.next_g, "fingerprint": self.loader.fingerprint()}
 
     def load_state_dict(self, state: dict):
-        """Continue from ``state["next_step"]``; refuses a state saved by a different pipeline."""
-        if not isinstance(state, dict) or "next_step" not in state:
+        """Continue from ``state["next_g"]``; refuses a state saved by a different pipeline.
+        (A state saved before the rename, with ``"next_step"``, is read the same way.)"""
+        if isinstance(state, dict) and "next_g" not in state and "next_step" in state:
+            state = {**state, "next_g": state["next_step"]}
+        if not isinstance(state, dict) or "next_g" not in state:
             raise TypeError(f"state must be a dict from state_dict(), received {state!r}")
         fingerprint = state.get("fingerprint")
         if fingerprint is not None and fingerprint != self.loader.fingerprint():
             raise ValueError(f"refusing to resume: the state was saved by a different pipeline\n"
                              f"  saved:   {fingerprint}\n  current: {self.loader.fingerprint()}")
-        start = check_integer(state["next_step"], "next_step", 0)
-        if self.stop_step is not None and start > self.stop_step:
-            raise ValueError(f"next_step {start} lies beyond this stream's stop_step {self.stop_step}")
+        start = check_integer(state["next_g"], "next_g", 0)
+        if self.stop_g is not None and start > self.stop_g:
+            raise ValueError(f"next_g {start} lies beyond this stream's stop_g {self.stop_g}")
         self._restart(start)
 
     def __repr__(self):
         engine = self._engine
-        return (f"BatchStream(next_step={self.next_step}, stop_step={self.stop_step}, "
+        return (f"BatchStream(next_g={self.next_g}, stop_g={self.stop_g}, "
                 f"workers={0 if engine is None else len(engine.threads)}, closed={self._closed})")

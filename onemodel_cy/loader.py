@@ -9,6 +9,7 @@ any timing and any resume point.
 from __future__ import annotations
 
 import sys
+import warnings
 
 from onemodel_cy._batch import ImageBatch
 from onemodel_cy._collate import ImageBatchCollator, Workspace
@@ -147,12 +148,21 @@ class DataLoader:
 
     # -- streams -------------------------------------------------------------------------
 
-    def iter(self, start_step=0, stop_step=None) -> "BatchStream":
-        """A stream of global steps ``[start_step, stop_step)`` (endless if ``stop_step`` is None).
+    def iter(self, start_g=0, stop_g=None, **deprecated) -> "BatchStream":
+        """A stream of global steps ``[start_g, stop_g)`` (endless if ``stop_g`` is None).
 
-        Resume a run with ``loader.iter(start_step=stream.next_step)``.
+        Resume a run with ``loader.iter(start_g=stream.next_g)``. (``start_step`` and
+        ``stop_step`` are the deprecated names of the two arguments.)
         """
-        return BatchStream(self, start_step, stop_step)
+        unknown = set(deprecated) - {"start_step", "stop_step"}
+        if unknown:
+            raise TypeError(f"DataLoader.iter() got unexpected keyword arguments {sorted(unknown)}")
+        if deprecated:
+            warnings.warn(f"DataLoader.iter({', '.join(sorted(deprecated))}) is deprecated: use start_g and "
+                          f"stop_g (global steps)", DeprecationWarning, stacklevel=2)
+        start_g = deprecated.get("start_step", start_g)
+        stop_g = deprecated.get("stop_step", stop_g)
+        return BatchStream(self, start_g, stop_g)
 
     def __iter__(self):
         """One epoch, ``self.epoch``; a completed pass moves on to the next epoch.
@@ -168,7 +178,7 @@ class DataLoader:
             yield from stream
         finally:
             stream.close()
-        if stream.next_step == stream.stop_step:    # not when closed from elsewhere midway
+        if stream.next_g == stream.stop_g:    # not when closed from elsewhere midway
             self.epoch = epoch + 1
 
     def set_epoch(self, epoch):

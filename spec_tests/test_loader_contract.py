@@ -91,7 +91,7 @@ def drain(stream, count=None, *, before=None, after=None, stall=STALL):
     """Take batches from ``stream`` on a helper thread until it ends, raises, or ``count`` are taken.
 
     Returns ``(batches, error)``: ``error`` is what ``next()`` raised (``None`` when the stream
-    ended or ``count`` was reached). ``before(next_step)`` / ``after(batch)`` run on the
+    ended or ``count`` was reached). ``before(next_g)`` / ``after(batch)`` run on the
     consuming thread around every ``next()``. No batch for ``stall`` seconds closes the stream
     and raises :class:`Stalled`.
     """
@@ -102,7 +102,7 @@ def drain(stream, count=None, *, before=None, after=None, stall=STALL):
             taken = 0
             while count is None or taken < count:
                 if before is not None:
-                    before(stream.next_step)
+                    before(stream.next_g)
                 try:
                     batch = next(stream)
                 except StopIteration:
@@ -129,7 +129,7 @@ def drain(stream, count=None, *, before=None, after=None, stall=STALL):
             stream.close()
             thread.join(stall)
             raise Stalled(f"the stream delivered nothing for {stall} s after {len(batches)} batches "
-                          f"(next_step={stream.next_step}): it hangs. Stacks:{stacks}") from None
+                          f"(next_g={stream.next_g}): it hangs. Stacks:{stacks}") from None
         if kind == "batch":
             batches.append(item)
             continue
@@ -350,7 +350,7 @@ def test_stream_equals_batch_at_and_reference(pipe, workers, prefetch, data):
     steps = range(start, start + length)
     with loader.iter(start, start + length) as stream:
         batches = drain_ok(stream)
-        assert stream.next_step == start + length
+        assert stream.next_g == start + length
         with pytest.raises(StopIteration):
             next(stream)
     assert_stream_is_batch_at(batches, loader, steps, f"{workers} workers, prefetch {prefetch}")
@@ -419,7 +419,7 @@ def test_out_of_order_completion_is_delivered_in_order():
 def test_resume_from_any_step(pipe, w1, p1, w2, p2, data):
     """Interrupting and resuming changes nothing: a stream started at k (any worker count)
     yields exactly what an uninterrupted run from step 0 yields from k on, across epoch
-    boundaries; so does a run stopped after j batches and resumed from its next_step."""
+    boundaries; so does a run stopped after j batches and resumed from its next_g."""
     loader = pipe.loader(workers=w1, prefetch=p1)
     S = loader.steps_per_epoch
     end = data.draw(st.integers(1, 3 * S + 2), label="end")
@@ -427,7 +427,7 @@ def test_resume_from_any_step(pipe, w1, p1, w2, p2, data):
     with loader.iter(0, end) as stream:
         whole = drain_ok(stream)
     assert [b.global_step for b in whole] == list(range(end))
-    with pipe.loader(workers=w2, prefetch=p2).iter(start_step=k, stop_step=end) as stream:
+    with pipe.loader(workers=w2, prefetch=p2).iter(start_g=k, stop_g=end) as stream:
         tail = drain_ok(stream)
     assert [b.global_step for b in tail] == list(range(k, end))
     for b, a in zip(tail, whole[k:]):
@@ -435,9 +435,9 @@ def test_resume_from_any_step(pipe, w1, p1, w2, p2, data):
 
     with loader.iter(0, end) as first:
         head = drain_ok(first, k)
-        resume_at = first.next_step
+        resume_at = first.next_g
     assert resume_at == k
-    with pipe.loader(workers=w2, prefetch=p2).iter(start_step=resume_at, stop_step=end) as second:
+    with pipe.loader(workers=w2, prefetch=p2).iter(start_g=resume_at, stop_g=end) as second:
         rest = drain_ok(second)
     assert [b.global_step for b in head + rest] == list(range(end))
     for b, a in zip(head + rest, whole):
@@ -460,7 +460,7 @@ def test_resume_through_state_dict(pipe, w1, p1, w2, p2, data):
         state = json.loads(json.dumps(first.state_dict()))
     with pipe.loader(workers=w2, prefetch=p2).iter(0, end) as second:
         second.load_state_dict(state)
-        assert second.next_step == j
+        assert second.next_g == j
         rest = drain_ok(second)
     assert [b.global_step for b in head + rest] == list(range(end))
     for b, a in zip(head + rest, reference_run):
@@ -606,7 +606,7 @@ def test_an_error_is_delivered_at_its_step_then_the_stream_ends(kind, pipe, work
         assert_same(b, loader.batch_at(b.global_step), f"step {b.global_step} before the failure")
     assert isinstance(error, expected), f"expected {expected.__name__} at step {g}, received {error!r}"
     check(error)
-    assert stream.next_step == g
+    assert stream.next_g == g
     with pytest.raises(StopIteration):
         next(stream)
     assert stream.closed
@@ -1403,3 +1403,25 @@ def test_loader_close_during_a_pass_ends_it_without_counting_the_epoch():
     assert seen[:3] == [0, 1, 2] and len(seen) < S, seen
     assert loader.epoch == 0
     assert_no_workers("after loader.close() during a pass")
+
+
+def test_the_old_global_step_names_still_work_and_warn():
+    """§1 resume, naming: the global step is ``g`` in the API (``iter(start_g, stop_g)``,
+    ``stream.next_g``, ``state_dict()["next_g"]``). The names used before (``start_step``,
+    ``stop_step``, ``next_step``) still work with a DeprecationWarning, and a state saved
+    with ``"next_step"`` resumes at the same global step."""
+    ds = om.SyntheticLineImages(16, height=2, min_width=2, max_width=5, seed=1)
+    loader = om.DataLoader(ds, om.ShuffledSampler(16, 4, seed=2), om.ImageBatchCollator(), seed=0)
+    with pytest.warns(DeprecationWarning, match="start_g"):
+        stream = loader.iter(start_step=5, stop_step=7)
+    with stream:
+        assert next(stream).global_step == 5
+        with pytest.warns(DeprecationWarning, match="next_g"):
+            assert stream.next_step == 6
+        state = stream.state_dict()
+    assert state["next_g"] == 6
+    with loader.iter(0) as resumed:
+        resumed.load_state_dict({"next_step": 6, "fingerprint": state["fingerprint"]})
+        assert next(resumed).global_step == 6
+    with pytest.raises(TypeError, match="unexpected"):
+        loader.iter(start=3)

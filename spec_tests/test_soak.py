@@ -2,7 +2,7 @@
 
 Eight workers build tens of thousands of steps of a Python dataset and transform that raise
 and sleep at deterministic pseudo-random points; streams are closed at random points and
-resumed from ``next_step``. The loader's promise under all of that: every delivered batch is
+resumed from ``next_g``. The loader's promise under all of that: every delivered batch is
 ``batch_at(g)`` byte for byte, an error arrives at its own step (every step before it is
 delivered, then the error, then nothing), no worker thread outlives ``close()``, and resident
 memory stays flat.
@@ -106,14 +106,14 @@ def run_segment(loader, start, length, stop):
                 # After the error the stream delivers nothing more.
                 with pytest.raises(StopIteration):
                     next(stream)
-                assert stream.next_step == g, "next_step moved past the failed step"
+                assert stream.next_g == g, "next_g moved past the failed step"
                 return g + 1, delivered, 1
             with batch:
                 check_delivered(batch, expected, g)
             delivered += 1
             g += 1
-            assert stream.next_step == g
-        return stream.next_step, delivered, errors
+            assert stream.next_g == g
+        return stream.next_g, delivered, errors
     finally:
         stream.close()
         assert not worker_threads(), f"threads left after close(): {worker_threads()}"
