@@ -7,342 +7,46 @@ depend on are drawn by Hypothesis: the worker count, the prefetch depth, timing,
 in which steps were built, and where a run was interrupted and resumed.
 
 Hangs are failures, not stuck runs: streams are consumed through ``drain``, which closes a
-stream that delivers nothing for ``STALL`` seconds and fails the test.
+stream that delivers nothing for ``STALL`` seconds and fails the test. The pipelines, the
+stream drivers and the thread checks live in ``harness.py``.
 """
 
 from __future__ import annotations
 
-import faulthandler
-import functools
 import gc
 import json
 import os
-import queue
 import random
 import subprocess
 import sys
 import textwrap
 import threading
 import time
-import traceback
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 import pytest
-from hypothesis import Phase, given, settings, strategies as st
+from hypothesis import given, settings, strategies as st
 
 import onemodel_cy as om
 import onemodel_cy.loader as om_loader
-import reference as R
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-M64 = (1 << 64) - 1
-FIELDS = ("images", "widths", "targets", "target_lengths", "labels", "indices")
-WORKER_PREFIX = "onemodel_cy-worker"
-STALL = 6.0                      # seconds without a batch that count as a hang
-SAFETY_NET = 150                 # seconds: a test stuck outside drain() dumps its stacks and exits
-
-WORKERS = st.sampled_from([0, 1, 2, 4, 8])
-PREFETCH = st.integers(1, 8)
-SEEDS = st.one_of(st.integers(0, M64), st.sampled_from([0, 1, M64, -1]))
-_EXAMPLES = settings.default.max_examples
-
-
-def examples(fraction):
-    """A share of the active profile's example count (the heavy properties run fewer)."""
-    return max(5, int(_EXAMPLES * fraction))
-
-
-# Exception properties: a hang costs STALL seconds per example, so do not shrink a hang.
-NO_SHRINK = (Phase.explicit, Phase.reuse, Phase.generate)
-
-
-# --------------------------------------------------------------------------- harness
-
-def live_workers():
-    return [t for t in threading.enumerate() if t.name.startswith(WORKER_PREFIX) and t.is_alive()]
-
-
-def assert_no_workers(what="after close"):
-    alive = live_workers()
-    assert not alive, f"{what}: worker threads still running: {[t.name for t in alive]}"
-
-
-@pytest.fixture(autouse=True)
-def _guard():
-    """Per test: fail on leaked worker threads; dump stacks and exit if a test hangs outright."""
-    before = {t.ident for t in live_workers()}
-    faulthandler.dump_traceback_later(SAFETY_NET, exit=True)
-    try:
-        yield
-    finally:
-        faulthandler.cancel_dump_traceback_later()
-    gc.collect()
-    leaked = [t.name for t in live_workers() if t.ident not in before]
-    assert not leaked, f"worker threads outlived the test: {leaked}"
-
-
-class Stalled(AssertionError):
-    pass
-
-
-def drain(stream, count=None, *, before=None, after=None, stall=STALL):
-    """Take batches from ``stream`` on a helper thread until it ends, raises, or ``count`` are taken.
-
-    Returns ``(batches, error)``: ``error`` is what ``next()`` raised (``None`` when the stream
-    ended or ``count`` was reached). ``before(next_g)`` / ``after(batch)`` run on the
-    consuming thread around every ``next()``. No batch for ``stall`` seconds closes the stream
-    and raises :class:`Stalled`.
-    """
-    box = queue.Queue()
-
-    def consume():
-        try:
-            taken = 0
-            while count is None or taken < count:
-                if before is not None:
-                    before(stream.next_g)
-                try:
-                    batch = next(stream)
-                except StopIteration:
-                    break
-                if after is not None:
-                    after(batch)
-                box.put(("batch", batch))
-                taken += 1
-            box.put(("end", None))
-        except BaseException as error:  # handed to the test
-            box.put(("error", error))
-
-    thread = threading.Thread(target=consume, name="test-consumer", daemon=True)
-    thread.start()
-    batches = []
-    while True:
-        try:
-            kind, item = box.get(timeout=stall)
-        except queue.Empty:
-            stacks = "".join(
-                f"\n--- {t.name}\n" + "".join(traceback.format_stack(sys._current_frames()[t.ident]))
-                for t in threading.enumerate() if t.ident in sys._current_frames()
-                and (t.name.startswith(WORKER_PREFIX) or t is thread))
-            stream.close()
-            thread.join(stall)
-            raise Stalled(f"the stream delivered nothing for {stall} s after {len(batches)} batches "
-                          f"(next_g={stream.next_g}): it hangs. Stacks:{stacks}") from None
-        if kind == "batch":
-            batches.append(item)
-            continue
-        thread.join()
-        return batches, item
-
-
-def drain_ok(stream, count=None, **kw):
-    batches, error = drain(stream, count, **kw)
-    if error is not None:
-        raise error
-    return batches
-
-
-def assert_same(actual, expected, what):
-    """Byte equality of the six batch arrays (dtype, shape and bits)."""
-    if isinstance(actual, om.ImageBatch):
-        actual = actual.as_dict()
-    if isinstance(expected, om.ImageBatch):
-        expected = expected.as_dict()
-    for name in FIELDS:
-        a, e = np.asarray(actual[name]), np.asarray(expected[name])
-        assert a.dtype == e.dtype, f"{what}: {name} dtype {a.dtype} != {e.dtype}"
-        assert a.shape == e.shape, f"{what}: {name} shape {a.shape} != {e.shape}"
-        if a.tobytes() != e.tobytes():
-            bad = np.argwhere(a.view(np.uint8).reshape(a.shape + (-1,)) != e.view(np.uint8).reshape(
-                e.shape + (-1,)))[:3] if a.size else []
-            raise AssertionError(f"{what}: {name} differs (first differing positions {bad.tolist()})")
-
-
-def assert_meta(batch, g, steps_per_epoch):
-    assert batch.global_step == g, f"expected global step {g}, received {batch.global_step}"
-    assert (batch.epoch, batch.step) == divmod(g, steps_per_epoch)
-
-
-def assert_stream_is_batch_at(batches, loader, steps, what):
-    S = loader.steps_per_epoch
-    got = [b.global_step for b in batches]
-    assert got == list(steps), f"{what}: steps delivered {got}, expected {list(steps)}"
-    for b, g in zip(batches, steps):
-        assert_meta(b, g, S)
-        assert_same(b, loader.batch_at(g), f"{what}: step {g} vs batch_at({g})")
-
-
-# --------------------------------------------------------------------------- transforms and augmentations
-# Written once for both sides: the package hands them a Sample and a SampleRng, the
-# reference a (image, target, label) triple and its own SampleRng.
-
-def _crop(sample, rng):
-    """Keep a random prefix of the columns: changes the width (the transform's job, D17)."""
-    image, target, label = sample
-    keep = 1 + rng.next_int(image.shape[2])
-    return np.ascontiguousarray(image[:, :, :keep]), target, label
-
-
-def _shift(sample, rng):
-    """A new image (pixels + one draw), the target reversed and the label moved."""
-    image, target, label = sample
-    v = np.float32(rng.next_single())
-    return (np.add(image, v, dtype=np.float32), np.asarray(target, dtype=np.int32)[::-1].copy(),
-            (int(label) + rng.next_int(5)) % 10)
-
-
-def crop_om(sample, rng):
-    return om.Sample(*_crop(sample, rng))
-
-
-def shift_om(sample, rng):
-    return om.Sample(*_shift(sample, rng))
-
-
-def py_augmentation(image, rng):
-    """A Python in-place augmentation: scale everything, darken column 0."""
-    image *= np.float32(rng.next_single())
-    image[:, :, 0] -= np.float32(rng.next_single())
-
-
-TRANSFORMS = {None: (None, None), "crop": (crop_om, _crop), "shift": (shift_om, _shift)}
-AUGMENTATIONS = {
-    None: (None, None),
-    "gain_offset": (om.GainOffset(0.3, 0.25), R.gain_offset(0.3, 0.25)),
-    "gaussian_noise": (om.GaussianNoise(0.1), R.gaussian_noise(0.1)),
-    "python": (py_augmentation, py_augmentation),
-}
-
-
-class PyDataset:
-    """A plain Python dataset (the loader's generic path) wrapping a built-in one."""
-
-    def __init__(self, inner):
-        self.inner = inner
-
-    def __len__(self):
-        return len(self.inner)
-
-    def get_sample(self, index):
-        return self.inner.get_sample(index)
-
-
-@functools.lru_cache(maxsize=4096)
-def _ref_sample(i, height, min_width, max_width, channels, seed):
-    image, target, label = R.synthetic_sample(i, height, min_width, max_width, channels, seed)
-    image.flags.writeable = False
-    target.flags.writeable = False
-    return image, target, label
-
-
-@dataclass(frozen=True)
-class Pipe:
-    """One pipeline configuration, buildable both as the package and as the reference."""
-    count: int = 40
-    height: int = 3
-    min_width: int = 1
-    max_width: int = 12
-    channels: int = 1
-    ds_seed: int = 7
-    sampler: str = "shuffled"
-    batch_size: int = 4
-    drop_last: bool = True
-    sampler_seed: int = 11
-    pool_batches: int = 2
-    mix_steps: int = 5
-    mix_sources: tuple = ((0, 20, 1.0), (20, 20, 2.0))
-    seed: int = 5
-    width_multiple: int = 1
-    pad_value: float = 0.0
-    augmentation: object = None
-    transform: object = None
-    generic: bool = False
-
-    # the package side
-    def base_dataset(self):
-        return om.SyntheticLineImages(self.count, self.height, self.min_width, self.max_width,
-                                      self.channels, self.ds_seed)
-
-    def dataset(self):
-        ds = self.base_dataset()
-        return PyDataset(ds) if self.generic else ds
-
-    def om_sampler(self):
-        if self.sampler == "sequential":
-            return om.SequentialSampler(self.count, self.batch_size, self.drop_last)
-        if self.sampler == "shuffled":
-            return om.ShuffledSampler(self.count, self.batch_size, self.sampler_seed, self.drop_last)
-        if self.sampler == "mixing":
-            return om.MixingSampler(list(self.mix_sources), self.batch_size, self.mix_steps, self.sampler_seed)
-        return om.BucketedSampler(self.base_dataset().widths, self.batch_size, self.pool_batches,
-                                  self.sampler_seed)
-
-    def collator(self):
-        return om.ImageBatchCollator(self.width_multiple, self.pad_value, AUGMENTATIONS[self.augmentation][0])
-
-    def loader(self, workers=0, prefetch=2, rank=0, world_size=1, dataset=None, **kw):
-        return om.DataLoader(self.dataset() if dataset is None else dataset, self.om_sampler(),
-                             self.collator(), seed=self.seed, workers=workers, prefetch=prefetch,
-                             transform=TRANSFORMS[self.transform][0], rank=rank, world_size=world_size, **kw)
-
-    # the reference side
-    def ref_sample(self, i):
-        return _ref_sample(i, self.height, self.min_width, self.max_width, self.channels, self.ds_seed)
-
-    def ref_sampler(self):
-        if self.sampler == "sequential":
-            return R.SequentialSampler(self.count, self.batch_size, self.drop_last)
-        if self.sampler == "shuffled":
-            return R.ShuffledSampler(self.count, self.batch_size, self.sampler_seed, self.drop_last)
-        if self.sampler == "mixing":
-            return R.MixingSampler(list(self.mix_sources), self.batch_size, self.mix_steps, self.sampler_seed)
-        lengths = [self.ref_sample(i)[0].shape[2] for i in range(self.count)]
-        return R.BucketedSampler(lengths, self.batch_size, self.pool_batches, self.sampler_seed)
-
-    def ref_batch(self, g, rank=0, world_size=1):
-        return R.batch(self.ref_sample, self.ref_sampler(), self.seed, g, self.width_multiple, self.pad_value,
-                       AUGMENTATIONS[self.augmentation][1], TRANSFORMS[self.transform][1], rank, world_size)
-
-
-SAMPLER_KINDS = ("sequential", "shuffled", "mixing", "bucketed")
-
-
-@st.composite
-def pipes(draw, kinds=SAMPLER_KINDS, full_batches=False, generic=None, transform=True, max_batch=8):
-    count = draw(st.integers(24, 60))
-    min_width = draw(st.integers(1, 12))
-    kind = draw(st.sampled_from(kinds))
-    batch_size = draw(st.integers(1, max_batch))
-    drop_last = True if (full_batches or kind in ("mixing", "bucketed")) else draw(st.booleans())
-    cuts = sorted(draw(st.lists(st.integers(1, count - 1), max_size=2, unique=True)))
-    bounds = [0, *cuts, count]
-    shares = [draw(st.sampled_from([0.0, 0.5, 1.0, 2.5])) for _ in range(len(bounds) - 1)]
-    if not any(shares):
-        shares[-1] = 1.0
-    sources = tuple((bounds[k], bounds[k + 1] - bounds[k], shares[k]) for k in range(len(shares)))
-    return Pipe(
-        count=count, height=draw(st.integers(2, 4)), min_width=min_width,
-        max_width=draw(st.integers(min_width, 12)), channels=draw(st.integers(1, 2)),
-        ds_seed=draw(st.integers(0, M64)), sampler=kind, batch_size=batch_size, drop_last=drop_last,
-        sampler_seed=draw(SEEDS), pool_batches=draw(st.integers(1, 4)), mix_steps=draw(st.integers(1, 6)),
-        mix_sources=sources, seed=draw(SEEDS), width_multiple=draw(st.integers(1, 5)),
-        pad_value=draw(st.sampled_from([0.0, -1.0, 0.5, 3.25])),
-        augmentation=draw(st.sampled_from(list(AUGMENTATIONS))),
-        transform=draw(st.sampled_from(list(TRANSFORMS))) if transform else None,
-        generic=draw(st.booleans()) if generic is None else generic,
-    )
+from harness import _guard  # noqa: F401  (autouse: no worker thread may outlive a test)
+from harness import (
+    M64, NO_SHRINK, PREFETCH, ROOT, WORKER_PREFIX, WORKERS, DatasetBroke, FailingDataset, Pipe,
+    PyDataset, RecordingBuilds, RingProbe, SleepyDataset, _failing_case, _small_loader,
+    _worker_idents, assert_meta, assert_no_workers, assert_ranks_compose, assert_same,
+    assert_stream_is_batch_at, drain, drain_ok, examples, live_workers, pipes, wait_for_workers)
 
 
 # --------------------------------------------------------------------------- the pure function
 
 @given(pipe=pipes(), workers=WORKERS, prefetch=PREFETCH, data=st.data())
 def test_stream_equals_batch_at_and_reference(pipe, workers, prefetch, data):
-    """A batch is a pure function of (seed, global step): whatever the worker count and prefetch
-    depth, with any sampler, transform or augmentation, on the fast and the generic dataset
-    path, the stream yields at each step exactly the bytes built for that step alone, and those
-    are the reference's bytes; steps come in order, epoch = g div S and step = g mod S."""
+    """§1 (the pure function), D12, D17: whatever the worker count and prefetch depth, with
+    any sampler, transform or augmentation, on the fast and the generic dataset path, each step
+    of the stream carries exactly the bytes of that step built on its own (batch_at) and the
+    oracle's bytes; only the seed and g decide them. Steps arrive in order, with epoch = g div S
+    and step = g mod S."""
     loader = pipe.loader(workers=workers, prefetch=prefetch)
     S = loader.steps_per_epoch
     start = data.draw(st.integers(0, 2 * S), label="start")
@@ -359,25 +63,13 @@ def test_stream_equals_batch_at_and_reference(pipe, workers, prefetch, data):
     assert_no_workers()
 
 
-class SleepyDataset(PyDataset):
-    """Sleeps a seeded pseudo-random 0-3 ms per read so builds finish out of order."""
-
-    def __init__(self, inner, seed):
-        super().__init__(inner)
-        self.seed = seed
-
-    def get_sample(self, index):
-        time.sleep(random.Random(self.seed * 1_000_003 + index).random() * 0.003)
-        return self.inner.get_sample(index)
-
-
 @settings(max_examples=examples(0.5))
 @given(pipe=pipes(generic=True, max_batch=4), workers=st.sampled_from([2, 4, 8]), prefetch=PREFETCH,
        delay_seed=st.integers(0, 2 ** 32), data=st.data())
 def test_timing_changes_nothing(pipe, workers, prefetch, delay_seed, data):
-    """Timing is not an input: a dataset that takes a random time per read, so that workers
-    finish steps out of order, still gives the consumer every step in order with the bytes of
-    the step built alone."""
+    """§1 (timing is not an input): reads that take a random time, so that the workers finish
+    steps out of order, still give the consumer every step in order, each with the bytes of the
+    step built on its own."""
     loader = pipe.loader(workers=workers, prefetch=prefetch, dataset=SleepyDataset(pipe.base_dataset(), delay_seed))
     start = data.draw(st.integers(0, 2 * loader.steps_per_epoch), label="start")
     with loader.iter(start, start + 10) as stream:
@@ -386,8 +78,9 @@ def test_timing_changes_nothing(pipe, workers, prefetch, delay_seed, data):
 
 
 def test_out_of_order_completion_is_delivered_in_order():
-    """Workers may finish steps in any order (here step g sleeps longest in each window); the
-    consumer still receives them in step order, each equal to the step built alone."""
+    """§1 (delivery in step order): the workers may complete steps in any order (here the first
+    step of every group of four sleeps longest); the consumer still receives them by step, each
+    equal to the step built on its own."""
     pipe = Pipe(sampler="sequential", batch_size=1, count=40)
     base = pipe.base_dataset()
 
@@ -417,9 +110,9 @@ def test_out_of_order_completion_is_delivered_in_order():
 @settings(max_examples=examples(0.6))
 @given(pipe=pipes(), w1=WORKERS, p1=PREFETCH, w2=WORKERS, p2=PREFETCH, data=st.data())
 def test_resume_from_any_step(pipe, w1, p1, w2, p2, data):
-    """Interrupting and resuming changes nothing: a stream started at k (any worker count)
-    yields exactly what an uninterrupted run from step 0 yields from k on, across epoch
-    boundaries; so does a run stopped after j batches and resumed from its next_g."""
+    """§1 (resume): where a run was cut does not matter: a stream started at k, with any worker
+    count, gives the same batches as a run from step 0 gives from k onwards, across epoch
+    boundaries; so does a run stopped after k batches and restarted from its next_g."""
     loader = pipe.loader(workers=w1, prefetch=p1)
     S = loader.steps_per_epoch
     end = data.draw(st.integers(1, 3 * S + 2), label="end")
@@ -447,9 +140,10 @@ def test_resume_from_any_step(pipe, w1, p1, w2, p2, data):
 @settings(max_examples=examples(0.5))
 @given(pipe=pipes(), w1=WORKERS, p1=PREFETCH, w2=WORKERS, p2=PREFETCH, data=st.data())
 def test_resume_through_state_dict(pipe, w1, p1, w2, p2, data):
-    """The whole resume state is what state_dict() returns (JSON-safe): a new loader of the same
-    pipeline, with any worker count and prefetch, continues exactly where the saved stream was;
-    a state saved by a pipeline with another seed is refused."""
+    """§1 (resume), Concern: resume checks (fingerprint). state_dict() is the whole resume
+    state and survives JSON: a fresh loader of the same pipeline, at any worker count and
+    prefetch, carries on exactly where the saved stream stood; a pipeline with another seed
+    refuses the state."""
     loader = pipe.loader(workers=w1, prefetch=p1)
     S = loader.steps_per_epoch
     end = data.draw(st.integers(1, 3 * S + 2), label="end")
@@ -503,10 +197,10 @@ _RESUME_CHILD = textwrap.dedent("""
 
 
 def test_state_dict_resumes_in_a_fresh_process():
-    """Resume is for interrupted runs, which restart in a new process: a state saved by one
-    process is accepted by a fresh process that builds the same pipeline (the same code, with a
-    Python augmentation and a callable-object transform), and it continues at the saved step
-    with the same bytes."""
+    """§1 (resume), Concern: resume across processes. Interrupted runs restart in a new process:
+    a state saved by one process is taken by a fresh one that builds the same pipeline (same
+    code, a Python augmentation and a callable-object transform), which goes on at the saved
+    step with the same bytes."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
 
     def run(mode, stdin=None):
@@ -525,76 +219,17 @@ def test_state_dict_resumes_in_a_fresh_process():
 
 # --------------------------------------------------------------------------- exceptions
 
-class DatasetBroke(Exception):
-    """The custom error a dataset raises in these tests."""
-
-
-class FailingDataset(PyDataset):
-    def __init__(self, inner, bad_index, delay=0.0):
-        super().__init__(inner)
-        self.bad_index = bad_index
-        self.delay = delay
-
-    def get_sample(self, index):
-        if index == self.bad_index:
-            time.sleep(self.delay)
-            raise DatasetBroke(f"cannot read sample {index}")
-        return self.inner.get_sample(index)
-
-
-def _failing_case(kind, pipe, g, slot, delay, workers, prefetch):
-    """(loader, expected exception type, check(error), failing step) for a failure at step g, slot."""
-    base = pipe.base_dataset()
-    sampler = pipe.om_sampler()
-    ring = dict(workers=workers, prefetch=prefetch)
-    if kind == "dataset":
-        bad = int(sampler.indices(0, g)[slot])
-        loader = pipe.loader(dataset=FailingDataset(base, bad, delay), **ring)
-
-        def check(error):
-            frames = traceback.extract_tb(error.__traceback__)
-            assert any(f.name == "get_sample" and f.filename == __file__ for f in frames), (
-                "the delivered traceback lost the dataset's frame:\n"
-                + "".join(traceback.format_tb(error.__traceback__)))
-            assert f"cannot read sample {bad}" in str(error)
-        return loader, DatasetBroke, check, g
-
-    if kind == "transform":
-        target_state = om.derive(pipe.seed, 0, g, slot, 0)
-
-        def garbage(sample, rng):
-            if rng.state == target_state:
-                time.sleep(delay)
-                return "garbage"
-            return sample
-
-        loader = om.DataLoader(base, sampler, pipe.collator(), seed=pipe.seed, transform=garbage, **ring)
-
-        def check(error):
-            message = str(error)
-            assert f"step {g}" in message and f"slot {slot}" in message, message
-        return loader, TypeError, check, g
-
-    # an index the dataset rejects: a sequential sampler walks past the end of a shorter dataset
-    full = om.SequentialSampler(pipe.count, pipe.batch_size)
-    short_length = full.steps_per_epoch * pipe.batch_size - 1 - slot
-    short = om.SyntheticLineImages(short_length, pipe.height, pipe.min_width, pipe.max_width,
-                                   pipe.channels, pipe.ds_seed)
-    loader = om.DataLoader(PyDataset(short) if kind == "index_generic" else short, full, pipe.collator(),
-                           seed=pipe.seed, **ring)
-    return loader, IndexError, lambda error: None, short_length // pipe.batch_size
-
 
 @settings(max_examples=examples(0.6), phases=NO_SHRINK)
 @given(kind=st.sampled_from(["dataset", "transform", "index_fast", "index_generic"]),
        pipe=pipes(kinds=("sequential", "shuffled"), full_batches=True, transform=False),
        workers=WORKERS, prefetch=PREFETCH, delay=st.sampled_from([0.0, 0.0, 0.01]), data=st.data())
 def test_an_error_is_delivered_at_its_step_then_the_stream_ends(kind, pipe, workers, prefetch, delay, data):
-    """A failure while building step g (a dataset raising its own exception type, a transform
-    returning something that is not a Sample, an index the dataset refuses) reaches the consumer
-    when it reaches g, after every earlier step: the original exception (type, and for a
-    dataset error the dataset's own frame in the traceback); then the stream is over and no
-    worker thread is left."""
+    """§1 (errors): a failure while building step g (the dataset raising its own exception
+    type, a transform returning something other than a Sample, an index the dataset refuses)
+    reaches the consumer only once it gets to g, after every earlier step, as the original
+    exception (its type, and for a dataset error the dataset's frame in the traceback); after
+    it the stream is over and no worker thread remains."""
     S = pipe.om_sampler().steps_per_epoch
     g = data.draw(st.integers(0, S - 1), label="g")
     slot = data.draw(st.integers(0, pipe.batch_size - 1), label="slot")
@@ -615,9 +250,9 @@ def test_an_error_is_delivered_at_its_step_then_the_stream_ends(kind, pipe, work
 
 @pytest.mark.parametrize("workers,prefetch", [(2, 1), (3, 2), (8, 4)])
 def test_an_error_with_a_full_window_does_not_hang(workers, prefetch):
-    """The failing step's worker must still hand its error over when every other slot of the
-    window is taken and another worker is already waiting for the slot of the failing step:
-    the consumer gets the error at g; the stream must not hang."""
+    """§1 (errors), Concern: no hang. The worker of the failing step must still hand over its
+    error while every other slot of the window is occupied and another worker already waits for
+    the failing step's slot: the consumer receives the error at g instead of hanging."""
     pipe = Pipe(sampler="sequential", batch_size=1, count=40)
     g = 13
     loader = pipe.loader(workers=workers, prefetch=prefetch,
@@ -631,62 +266,13 @@ def test_an_error_with_a_full_window_does_not_hang(workers, prefetch):
 
 # --------------------------------------------------------------------------- ring discipline
 
-class RingProbe:
-    """Records, when each build starts, where the consumer is; flags window and slot violations.
-
-    The consumer's position is exact between two ``next()`` calls; inside ``next()`` for step t
-    the ring may already have handed t over, so t + 1 is then also a legal position.
-    """
-
-    def __init__(self, loader, start, seed):
-        self.prefetch = loader.prefetch
-        self.lock = threading.Lock()
-        self.received = start         # steps < received have reached the consumer
-        self.inside_next = False
-        self.live = set()             # builds started and not yet received by the consumer
-        self.violations = []
-        self.max_ahead = -1
-        self.rng = random.Random(seed)
-        build = loader._build
-
-        def probed(g, workspace):
-            with self.lock:
-                slack = 1 if self.inside_next else 0
-                if not g < self.received + self.prefetch + slack:
-                    self.violations.append(f"step {g} built while the consumer was at {self.received}"
-                                           f"{' (inside next)' if slack else ''}, prefetch {self.prefetch}")
-                for h in self.live:
-                    same_slot = h % self.prefetch == g % self.prefetch
-                    handed_over = slack and h == self.received
-                    if same_slot and not handed_over:
-                        self.violations.append(f"step {g} built into slot {g % self.prefetch} while step {h} "
-                                               f"still lives there")
-                self.live.add(g)
-                self.max_ahead = max(self.max_ahead, g - self.received)
-                pause = self.rng.random() * 0.002
-            time.sleep(pause)
-            return build(g, workspace)
-
-        loader._build = probed
-
-    def before(self, step):
-        with self.lock:
-            self.inside_next = True
-
-    def after(self, batch):
-        with self.lock:
-            self.live.discard(batch.global_step)
-            self.received = batch.global_step + 1
-            self.inside_next = False
-        time.sleep(0.004)   # a slow consumer: the workers fill the window
-
 
 @pytest.mark.parametrize("workers", [0, 1, 2, 8])
 @pytest.mark.parametrize("prefetch", [1, 2, 5])
 def test_ring_window_and_slots(workers, prefetch):
-    """Workers build at most prefetch steps ahead: step g is started only while
-    g < next-to-take + prefetch, so two live steps never share the ring slot g mod prefetch;
-    and they do use the window (a slow consumer finds it full)."""
+    """§1 (the ring): no worker starts step g unless g is below the next step to take plus
+    prefetch, so two live steps never sit in the same slot g mod prefetch; and the workers do
+    fill the window (a slow consumer finds it full)."""
     pipe = Pipe(sampler="shuffled", batch_size=3, count=45, augmentation="gain_offset")
     loader = pipe.loader(workers=workers, prefetch=prefetch)
     probe = RingProbe(loader, start=4, seed=workers * 10 + prefetch)
@@ -707,8 +293,9 @@ def test_ring_window_and_slots(workers, prefetch):
 @settings(max_examples=examples(0.5))
 @given(pipe=pipes(transform=False), prefetch=PREFETCH, data=st.data())
 def test_close_mid_stream_ends_every_worker(pipe, prefetch, data):
-    """close() at any point, with 8 workers busy filling the window, ends and joins every worker
-    thread; the stream is then over, and closing again is harmless."""
+    """Concern: worker threads end (no leak). close() at any point, while 8 workers are busy
+    filling the window, ends and joins every worker thread; the stream is then over, and a
+    second close() does no harm."""
     loader = pipe.loader(workers=8, prefetch=prefetch)
     start = data.draw(st.integers(0, 2 * loader.steps_per_epoch), label="start")
     taken = data.draw(st.integers(0, 20), label="taken")
@@ -724,7 +311,8 @@ def test_close_mid_stream_ends_every_worker(pipe, prefetch, data):
 
 
 def test_break_inside_with_ends_the_workers():
-    """Leaving a `with loader.iter()` block by `break` closes the stream and its workers."""
+    """Concern: worker threads end (no leak). Leaving a `with loader.iter()` block by `break`
+    closes the stream and its workers."""
     loader = Pipe().loader(workers=8, prefetch=4)
     with loader.iter() as stream:
         for batch in stream:
@@ -736,8 +324,9 @@ def test_break_inside_with_ends_the_workers():
 
 
 def test_dropped_stream_ends_its_workers():
-    """A stream dropped without close() (and collected) takes its worker threads with it; so
-    does leaving a bare `for` loop over loader.iter() or over the loader by `break`."""
+    """Concern: worker threads end (no leak). A stream dropped without close() (and collected)
+    takes its worker threads with it; so does leaving a bare `for` loop over loader.iter() or
+    over the loader by `break`."""
     loader = Pipe().loader(workers=8, prefetch=3)
     stream = loader.iter(7)
     next(stream), next(stream)
@@ -762,8 +351,9 @@ def test_dropped_stream_ends_its_workers():
 
 
 def test_stress_many_short_streams_closed_at_random_points():
-    """Thousands of small steps with 8 workers, closed at random points, finish quickly, leave no
-    thread behind and never mix up a batch."""
+    """§1, Concern: worker threads end (no leak), under stress. Thousands of small steps with 8
+    workers, closed at random points, finish quickly, leave no thread behind and never mix up a
+    batch."""
     rng = random.Random(20261130)
     pipe = Pipe(count=64, batch_size=2, sampler="shuffled")
     loader = pipe.loader(workers=8, prefetch=8)
@@ -787,26 +377,6 @@ def test_stress_many_short_streams_closed_at_random_points():
 
 
 # --------------------------------------------------------------------------- ranks
-
-def assert_ranks_compose(parts, whole, width_multiple, pad_value, what):
-    """The ranks' batches side by side equal the global batch (images over real widths)."""
-    for name in ("widths", "target_lengths", "labels", "indices", "targets"):
-        joined = np.concatenate([np.asarray(p[name]) for p in parts])
-        assert joined.dtype == whole[name].dtype and joined.tobytes() == np.asarray(whole[name]).tobytes(), (
-            f"{what}: {name} concatenated over ranks {joined.tolist()} != global {np.asarray(whole[name]).tolist()}")
-    pad_bits = np.float32(pad_value).view(np.uint32)
-    slot = 0
-    for r, part in enumerate(parts):
-        images, widths = np.asarray(part["images"]), np.asarray(part["widths"])
-        assert images.shape[1:3] == whole["images"].shape[1:3]
-        wp = -(-int(widths.max()) // width_multiple) * width_multiple
-        assert images.shape[3] == wp, f"{what}: rank {r} pads to {images.shape[3]}, its widest image needs {wp}"
-        for j, w in enumerate(widths):
-            assert images[j, :, :, :w].tobytes() == whole["images"][slot, :, :, :w].tobytes(), (
-                f"{what}: rank {r} sample {j} differs from global slot {slot}")
-            assert (images[j, :, :, w:].view(np.uint32) == pad_bits).all(), f"{what}: rank {r} padding"
-            slot += 1
-    assert slot == len(whole["widths"])
 
 
 @settings(max_examples=examples(0.5))
@@ -843,7 +413,8 @@ def test_ranks_side_by_side_are_the_global_batch(pipe, workers, prefetch, data):
 
 @pytest.mark.parametrize("rank,world_size", [(2, 2), (4, 4), (-1, 2), (5, 1)])
 def test_rank_out_of_range_is_refused(rank, world_size):
-    """A rank outside [0, world_size) is a ValueError naming the rank."""
+    """D14 (ranks share the global batch), Concern: argument checks. A rank outside
+    [0, world_size) is a ValueError naming the rank."""
     pipe = Pipe(batch_size=4)
     with pytest.raises(ValueError, match="rank"):
         pipe.loader(rank=rank, world_size=world_size)
@@ -851,7 +422,8 @@ def test_rank_out_of_range_is_refused(rank, world_size):
 
 @pytest.mark.parametrize("batch_size,world_size", [(6, 4), (3, 2), (5, 4)])
 def test_batch_size_not_divisible_by_world_size_is_refused(batch_size, world_size):
-    """Each rank loads B/w samples, so B not divisible by w is a ValueError naming both."""
+    """D14 (ranks), Concern: argument checks. Every rank loads B/w samples of the global batch,
+    so a B that w does not divide is a ValueError naming both."""
     with pytest.raises(ValueError, match=str(world_size)):
         Pipe(batch_size=batch_size).loader(rank=0, world_size=world_size)
 
@@ -883,9 +455,9 @@ class NoLen:
     (dict(transform=42), TypeError, "transform"),
 ])
 def test_bad_loader_arguments_are_refused(change, error, word):
-    """A dataset without get_sample or __len__, a prefetch depth below 1, a negative worker count,
-    a seed that is not an integer (or a non-callable transform) is refused with an error that
-    names the argument."""
+    """Concern: argument checks (the package's exception rule). A dataset lacking get_sample or
+    __len__, a prefetch depth under 1, a negative worker count, a seed that is not an integer or
+    a transform that cannot be called is refused with an error naming the argument."""
     pipe = Pipe()
     args = dict(dataset=pipe.dataset(), seed=pipe.seed, workers=0, prefetch=2, transform=None)
     args.update(change)
@@ -897,7 +469,8 @@ def test_bad_loader_arguments_are_refused(change, error, word):
 @pytest.mark.parametrize("start,stop,error", [(-1, None, ValueError), (1.0, None, TypeError),
                                               ("0", None, TypeError), (5, 3, ValueError)])
 def test_bad_stream_bounds_are_refused(start, stop, error):
-    """Steps are non-negative integers and a stream cannot stop before it starts."""
+    """§1 (global steps), Concern: argument checks. A step is an integer >= 0 and a stream
+    cannot stop before it starts; batch_at refuses the same bad starts."""
     loader = Pipe().loader(workers=2)
     with pytest.raises(error):
         loader.iter(start, stop)
@@ -908,8 +481,8 @@ def test_bad_stream_bounds_are_refused(start, stop, error):
 
 @pytest.mark.parametrize("how", ["patched_function", "emscripten", "wasi"])
 def test_without_threads_the_loader_runs_as_zero_workers(how, monkeypatch):
-    """Where threads cannot be started the loader silently runs as 0 workers, whatever workers
-    says, and yields the same batches."""
+    """§1 (platforms without threads): when threads cannot be started, the loader quietly falls
+    back to 0 workers, however many were asked for, and the batches are unchanged."""
     pipe = Pipe(transform="shift", augmentation="python", generic=True)
     loader = pipe.loader(workers=4, prefetch=3)
     expected = [loader.batch_at(g) for g in range(8, 20)]
@@ -934,8 +507,9 @@ def test_without_threads_the_loader_runs_as_zero_workers(how, monkeypatch):
 
 @pytest.mark.parametrize("workers", [0, 3])
 def test_iterating_the_loader_gives_one_epoch_per_pass(workers):
-    """`for batch in loader` runs one epoch (steps_per_epoch batches, epoch e covering global
-    steps [e*S, (e+1)*S)); the next pass runs the next epoch; set_epoch chooses one."""
+    """§1 (epoch = g div S): `for batch in loader` runs one epoch (steps_per_epoch batches,
+    epoch e covering global steps [e*S, (e+1)*S)); the next pass runs the next epoch;
+    set_epoch chooses one."""
     pipe = Pipe(sampler="bucketed", batch_size=4, augmentation="gain_offset")
     loader = pipe.loader(workers=workers, prefetch=3)
     S = loader.steps_per_epoch
@@ -953,12 +527,6 @@ def test_iterating_the_loader_gives_one_epoch_per_pass(workers):
 
 
 # --------------------------------------------------------------------------- review findings
-
-def _small_loader(**kw):
-    ds = om.SyntheticLineImages(48, 3, 1, 9, seed=4)
-    kw.setdefault("seed", 5)
-    return om.DataLoader(ds, om.ShuffledSampler(48, 4, 2), om.ImageBatchCollator(augmentation=om.GainOffset()),
-                         **kw)
 
 
 def test_close_from_another_thread_ends_a_waiting_consumer():
@@ -1005,8 +573,8 @@ def test_subclass_overriding_get_sample_is_called():
 
 
 def test_every_rank_refuses_a_short_last_batch_it_cannot_share():
-    """Ranks: when the last batch is too short to give every rank a share, every rank
-    refuses alike (so no rank starts while another cannot)."""
+    """D14 (ranks), D8: when the short last batch of a non-drop-last sampler cannot give every
+    rank a share, every rank refuses alike, so no rank starts while another cannot."""
     sampler = om.SequentialSampler(37, 6, drop_last=False)     # last batch holds 1
     ds = om.SyntheticLineImages(37, 2, 1, 4, seed=1)
     for rank in (0, 1):
@@ -1024,10 +592,11 @@ def test_any_integer_seed_is_reduced_mod_2_64():
 
 @pytest.mark.parametrize("augmentation", [None, "python"])
 def test_workers_can_all_be_inside_get_sample_at_once(augmentation):
-    """The Python-stage baton only orders the workers' Python work; it never makes one
-    worker wait for another's get_sample (a dataset blocked in I/O must not stall the
-    rest). Here every get_sample of the first steps waits until both workers are inside
-    get_sample together: that succeeds only if neither is held back."""
+    """§1 (concurrent dataset reads), Concern: no hang. The Python-stage baton only orders
+    the workers' Python work; it never makes one worker wait for another's get_sample (a
+    dataset blocked in I/O must not stall the rest). Here every get_sample of the first steps
+    waits until both workers are inside get_sample together: that succeeds only if neither is
+    held back."""
     meeting = threading.Barrier(2, timeout=20)
     lock = threading.Lock()
     calls = []
@@ -1073,76 +642,7 @@ def test_no_pool_miss_once_the_widest_batch_was_seen(widths, batch, workers, pre
     assert pool.stats()["misses"] == misses
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-def test_steady_state_allocates_little_on_the_consumer(workers):
-    """§5 at the loader: after warm-up, taking the next batch allocates far less than a
-    batch on the consuming thread (counted per thread), and the pool never misses."""
-    from onemodel_cy.testing import _alloccount
-    _alloccount.install()
-    ds = om.SyntheticLineImages(64, 32, 200, 256, seed=4)      # a batch of 16 is ~512 KiB
-    loader = om.DataLoader(ds, om.ShuffledSampler(64, 16, 2), om.ImageBatchCollator(4, augmentation=om.GainOffset()),
-                           seed=5, workers=workers, prefetch=3)
-    pool = loader.collator.pool
-    with loader.iter(0, 200) as stream:
-        for _ in range(60):
-            next(stream).close()
-        misses = pool.stats()["misses"]
-        before, _ = _alloccount.thread_allocated()
-        for batch in stream:
-            batch.close()
-        after, _ = _alloccount.thread_allocated()
-    per_batch = (after - before) / 140
-    assert per_batch < 2048, per_batch
-    assert pool.stats()["misses"] == misses
-
-
 # --------------------------------------------------------------------------- epochs: a persistent engine
-
-def _worker_idents():
-    return {t.ident for t in live_workers()}
-
-
-def wait_for_workers(count, seconds=5.0):
-    """The live worker threads once there are ``count`` (each worker starts the next one,
-    so the last may start a little after the first batches arrive)."""
-    deadline = time.monotonic() + seconds
-    while len(live_workers()) != count and time.monotonic() < deadline:
-        time.sleep(0.002)
-    alive = live_workers()
-    assert len(alive) == count, f"expected {count} worker threads, found {[t.name for t in alive]}"
-    return {t.ident for t in alive}
-
-
-class RecordingBuilds:
-    """Wraps ``loader._build``: records every step started and every step built; the build
-    of step ``fail_at`` raises DatasetBroke."""
-
-    def __init__(self, loader, fail_at=None):
-        self.started = []
-        self.built = []
-        self.lock = threading.Lock()
-        build = loader._build
-
-        def recording(g, workspace):
-            with self.lock:
-                self.started.append(g)
-            if g == fail_at:
-                raise DatasetBroke(f"cannot build step {g}")
-            batch = build(g, workspace)
-            with self.lock:
-                self.built.append(g)
-            return batch
-
-        loader._build = recording
-
-    def wait_for(self, steps, seconds=5.0, attempted=False):
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            with self.lock:
-                if set(steps) <= set(self.started if attempted else self.built):
-                    return True
-            time.sleep(0.002)
-        return False
 
 
 @pytest.mark.parametrize("workers,prefetch", [(1, 1), (2, 3), (4, 8)])
@@ -1295,9 +795,9 @@ def test_two_streams_alive_at_once_each_get_their_own_workers():
 
 
 def test_a_dropped_loader_takes_its_kept_workers_with_it():
-    """No leak: a loader whose passes kept their workers ends them when it is dropped and
-    collected (the threads hold it only weakly), by reference counting or by the cycle
-    collector."""
+    """Concern: worker threads end (no leak). A loader whose passes kept their workers ends them
+    when it is dropped and collected (the threads hold it only weakly), by reference counting or
+    by the cycle collector."""
     for cyclic in (False, True):
         loader = Pipe().loader(workers=3, prefetch=4)
         list(loader)

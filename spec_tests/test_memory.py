@@ -7,7 +7,8 @@ never share memory; a closed or dropped batch gives its memory back; the pool ke
 most ``max_bytes`` of free memory. A stateful test checks these against a plain model.
 
 Also here: the scratch an augmentation edits (§4, D17) and the per-worker workspace, since
-whether they are reused or shared is a §5 question.
+whether they are reused or shared is a §5 question; and, at the loader, what the consuming
+thread still allocates per batch once warm (the package's reading in docs/contract.md).
 """
 
 from __future__ import annotations
@@ -666,3 +667,45 @@ def test_pool_refuses_absurd_sizes(om):
     refused at once."""
     with pytest.raises(ValueError, match="nbytes"):
         om.BufferPool().reserve(2**63 + 1, 1)
+
+
+# --------------------------------------------------------------------------- the loader's consumer
+
+def _consumer_bytes_per_batch(om, workers, batch_size, warm=60, measured=140):
+    """Bytes the consuming thread allocates per batch after ``warm`` batches, averaged over
+    ``measured`` more, and the pool misses during those; the images are the same for every
+    batch size (a batch of 16 is ~512 KiB, one of 64 ~2 MiB)."""
+    from onemodel_cy.testing import _alloccount
+    _alloccount.install()
+    ds = om.SyntheticLineImages(64, 32, 200, 256, seed=4)
+    loader = om.DataLoader(ds, om.ShuffledSampler(64, batch_size, 2),
+                           om.ImageBatchCollator(4, augmentation=om.GainOffset()),
+                           seed=5, workers=workers, prefetch=3)
+    pool = loader.collator.pool
+    with loader.iter(0, warm + measured) as stream:
+        for _ in range(warm):
+            next(stream).close()
+        misses = pool.stats()["misses"]
+        before, _ = _alloccount.thread_allocated()
+        for batch in stream:
+            batch.close()
+        after, _ = _alloccount.thread_allocated()
+    return (after - before) / measured, pool.stats()["misses"] - misses
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_steady_state_consumer_allocates_only_the_batch_objects(om, workers):
+    """§5 (this package's reading, docs/contract.md): once warm, taking the next batch from a
+    loader costs the consuming thread (counted per thread) only the Python objects of the
+    batch it is handed, under 2 KiB, and the pool never misses. At 0 workers, where the
+    consumer builds every batch itself, that cost must not grow with the batch: batches of
+    16 and of 64 of the same images cost within 64 bytes of each other, so nothing is
+    allocated per sample."""
+    per_batch, new_misses = _consumer_bytes_per_batch(om, workers, 16)
+    assert per_batch < 2048, per_batch
+    assert new_misses == 0, new_misses
+    if workers == 0:
+        wide, wide_misses = _consumer_bytes_per_batch(om, workers, 64)
+        assert wide < 2048, wide
+        assert wide_misses == 0, wide_misses
+        assert abs(wide - per_batch) < 64, f"{per_batch} bytes per batch of 16, {wide} per batch of 64"
