@@ -56,7 +56,8 @@ def test_setstate_cython_on_a_bare_object_refuses(cls):
 
 
 def test_setstate_cython_on_a_bare_batch_with_a_short_state_refuses():
-    """Forged restore (fuzz_pickle): ``ImageBatch.__new__(ImageBatch).__setstate_cython__((1, 2))``
+    """Concern: memory safety (pickling). Forged restore (fuzz_pickle):
+    ``ImageBatch.__new__(ImageBatch).__setstate_cython__((1, 2))``
     segfaulted; it must be refused."""
     got = outcome("o = om.ImageBatch.__new__(om.ImageBatch)\n"
                   "print('absent') if not hasattr(o, '__setstate_cython__') else "
@@ -105,7 +106,7 @@ def test_bucketed_sampler_reads_misaligned_lengths_correctly():
     "first_slot=2**64)",
 ])
 def test_integer_beyond_64_bits_is_a_value_error(call):
-    """Exception rule (fuzz_image, fuzz_rng, fuzz_pool, fuzz_collate): a size or position
+    """Concern: the exception rule (fuzz_image, fuzz_rng, fuzz_pool, fuzz_collate): a size or position
     beyond the machine's range is a value out of range, ValueError, not OverflowError."""
     assert outcome(f"attempt(lambda: {call})") == "ValueError"
 
