@@ -39,7 +39,7 @@ cdef class Block:
 cdef class SealedMemory:
     """The base of a sealed array: memory (or an array) behind read-only arrays that
     exposes no buffer and no attribute, so numpy can never make them writeable again."""
-    cdef void* data            # owned memory (PyMem_RawMalloc), or NULL when sealing ``owner``
+    cdef void* data            # owned memory (the pool's block allocator), or NULL when sealing ``owner``
     cdef object owner          # the array whose memory a sealed view shows, or None
 
 cdef cnp.ndarray sealed_empty(int ndim, cnp.npy_intp* dims, int typenum)

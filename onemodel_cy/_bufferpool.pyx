@@ -26,7 +26,7 @@ from cpython.mem cimport PyMem_RawMalloc, PyMem_RawFree
 from libc.stdint cimport uintptr_t
 from libc.string cimport memcpy
 
-from onemodel_cy._validate cimport as_size, checked_mul
+from onemodel_cy._validate cimport as_size, checked_add, checked_mul
 
 cnp.import_array()
 
@@ -408,15 +408,16 @@ cdef cnp.ndarray sealed_view(cnp.ndarray array):
 
 
 cdef bint is_sealed(object array):
-    """Whether ``array`` is read-only over sealed memory (numpy points a view's base at the
-    first array that owns its memory, here the sealed array itself)."""
+    """Whether ``array`` is read-only over memory a SealedMemory owns (numpy points a view's
+    base at the first array that owns its memory, here the sealed array itself)."""
     if type(array) is not np.ndarray or cnp.PyArray_ISWRITEABLE(<cnp.ndarray>array):
         return False
     base = cnp.get_array_base(<cnp.ndarray>array)
-    if type(base) is SealedMemory:
-        return True
-    return (type(base) is np.ndarray and not cnp.PyArray_ISWRITEABLE(<cnp.ndarray>base)
-            and type(cnp.get_array_base(<cnp.ndarray>base)) is SealedMemory)
+    if type(base) is np.ndarray and not cnp.PyArray_ISWRITEABLE(<cnp.ndarray>base):
+        base = cnp.get_array_base(<cnp.ndarray>base)
+    # Only memory the SealedMemory owns is sealed: a sealed *view* (owner set) is read-only
+    # for its holder, but the caller who owns the memory can still write it.
+    return type(base) is SealedMemory and (<SealedMemory>base).owner is None
 
 
 @cython.final
@@ -449,15 +450,24 @@ cdef class PoolWindow:
     def __reduce__(self):
         raise TypeError("a PoolWindow belongs to one stream of one process and cannot be pickled")
 
-    def fit(self, size_t nbytes):
+    @staticmethod
+    def for_stream(BufferPool pool not None, prefetch, workers):
+        """The window of a stream with ``prefetch`` ring slots and ``workers`` workers: at
+        most that many batches wait in the ring, one more is being built by each worker,
+        and one is the consumer's."""
+        return PoolWindow(pool, checked_add(checked_add(as_size(prefetch, "prefetch"),
+                                                        as_size(workers, "workers"), "the window"),
+                                            1, "the window"))
+
+    def fit(self, nbytes):
         """Hold the window at ``nbytes`` if that is the largest batch size seen."""
-        if nbytes <= self.reserved:      # the steady state: no lock taken
+        cdef size_t size = as_size(nbytes, "nbytes")
+        if size <= self.reserved:        # the steady state: no lock taken
             return
-        with self._mutex:
-            if nbytes <= self.reserved:
-                return
-            self.reserved = nbytes
         try:
-            self.pool.reserve(nbytes, self.count)
+            self.pool.reserve(size, self.count)
         except MemoryError:
-            pass
+            pass                         # only a head start: rent allocates what it must
+        with self._mutex:
+            if size > self.reserved:
+                self.reserved = size

@@ -115,8 +115,8 @@ cdef int fill_slot(Workspace ws, Py_ssize_t j, object item, i64 index, Py_ssize_
         raise TypeError(f"slot {slot} (dataset index {index}): expected a Sample, received {type(item).__name__}")
     cdef Sample sample = <Sample>item
     if not isinstance(sample.image, np.ndarray) or not isinstance(sample.target, np.ndarray):
-        raise TypeError(f"slot {slot} (dataset index {index}): the Sample was never initialised "
-                        f"(build it as Sample(image, target, label))")
+        raise RuntimeError(f"slot {slot} (dataset index {index}): the Sample was never initialised "
+                           f"(build it as Sample(image, target, label))")
     cdef cnp.ndarray image = sample.image
     if cnp.PyArray_TYPE(image) != cnp.NPY_FLOAT32 or cnp.PyArray_NDIM(image) != 3:
         raise TypeError(f"slot {slot} (dataset index {index}): image must be float32 [C, H, W], "
@@ -289,6 +289,7 @@ cdef class ImageBatchCollator:
         if n == 0:
             raise ValueError("cannot collate an empty batch (0 samples)")
         cdef Py_ssize_t first = as_size(first_slot, "first_slot")
+        checked_add(first, n, "first_slot + the number of samples")     # every slot number fits
         cdef Workspace ws = self.claim_workspace(workspace)
         cdef Py_ssize_t shape[2]
         cdef bint baton = False

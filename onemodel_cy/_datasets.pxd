@@ -6,6 +6,7 @@ cdef class Sample:
     cdef readonly object target    # int32 ndarray [L], values >= 0
     cdef readonly object label     # int in int32 range
     cdef bint _initialised         # set last by __init__ (image, target and label all valid)
+    cdef bint _claimed             # set first by __init__: a second __init__ is refused
 
 # A dataset's packed images, read by the loader's fetch step without the GIL: pointers
 # into storage the dataset owns and has sealed (read-only, never re-allocated while the
@@ -38,6 +39,7 @@ cdef class ArrayImageDataset(PackedSource):
     cdef cnp.ndarray _target_offsets   # int64 [count + 1]
     cdef cnp.ndarray _labels           # int32 [count]
     cdef bint _initialised             # storage filled by __init__ (sealed: never writable again)
+    cdef bint _claimed                 # set first by __init__: a second __init__ is refused
 
     cdef int begin_init(self) except -1
     cdef _pack(self, list samples)

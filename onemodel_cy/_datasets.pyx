@@ -122,8 +122,11 @@ cdef class Sample:
     """
 
     def __init__(self, image, target, label):
-        if self._initialised:
+        # Claimed before any Python code runs (no other thread can pass this check as
+        # well); a failed __init__ leaves the object claimed and unusable.
+        if self._claimed:
             raise RuntimeError("Sample.__init__ was already called on this sample; build a new Sample")
+        self._claimed = True
         # Validate first, assign last: a refused argument leaves nothing half-set.
         cdef cnp.ndarray held_image = image_array(image)
         cdef cnp.ndarray held_target = target_array(target, "Sample.target")
@@ -206,9 +209,13 @@ cdef class ArrayImageDataset(PackedSource):
         self._pack(samples)
 
     cdef int begin_init(self) except -1:
-        if self._initialised:
+        """Claim the object for one __init__, before any Python code runs: two threads
+        can never both initialise it (the second would free storage workers read). A
+        failed __init__ leaves it claimed and empty: build a new dataset."""
+        if self._claimed:
             raise RuntimeError(f"{type(self).__name__}.__init__ was already called on this dataset "
                                f"(workers may be reading its storage); build a new dataset")
+        self._claimed = True
         return 0
 
     cdef _pack(self, list samples):

@@ -94,6 +94,9 @@ cdef cnp.ndarray to_planar(src, Py_ssize_t channels, mean, std, width, height, s
         m32 = means[c]
         scales[c] = one / (full * s32)      # D15: float32, one rounding per operation
         biases[c] = m32 / s32
+        if scales[c] - scales[c] != 0 or biases[c] - biases[c] != 0:     # inf or nan in float32
+            raise ValueError(f"mean {means[c]!r} and std {stds[c]!r} (channel {c}) give a scale "
+                             f"{scales[c]!r} and bias {biases[c]!r} in float32; both must be finite")
     cdef const unsigned char* pixels = <const unsigned char*>cnp.PyArray_DATA(flat)
     cdef float* dst = <float*>cnp.PyArray_DATA(result)
     cdef const unsigned char* row

@@ -87,6 +87,7 @@ cdef class Sampler:
     cdef Py_ssize_t _batch_size
     cdef Py_ssize_t _steps_per_epoch
     cdef bint _initialised          # set last by a built-in constructor
+    cdef bint _claimed              # set first by a built-in constructor: a second __init__ is refused
     cdef bint _python               # ``indices`` is a Python override: use it
 
     batch_size = _Required("batch_size")
@@ -96,17 +97,22 @@ cdef class Sampler:
         self._python = type(self).indices is not Sampler.indices
 
     cdef int begin_init(self) except -1:
-        """Refuse a second ``__init__``: workers may be reading the sampler's tables."""
-        if self._initialised:
+        """Refuse a second ``__init__`` (workers may be reading the sampler's tables): the
+        object is claimed before any Python code runs, so two threads can never both
+        initialise it. A failed __init__ leaves it claimed and unusable."""
+        if self._claimed:
             raise RuntimeError(f"{type(self).__name__}.__init__ was already called on this sampler; "
                                f"build a new one")
+        self._claimed = True
         return 0
 
     cdef int check_ready(self) except -1:
         if not self._initialised:
-            raise NotImplementedError(
-                f"{type(self).__name__} was never initialised: build a built-in sampler through its "
-                f"constructor; {PYTHON_SAMPLER}")
+            # The bare base is abstract; a built-in sampler made without its constructor is
+            # an object in a state it cannot serve (the exception rule).
+            error = NotImplementedError if type(self) is Sampler else RuntimeError
+            raise error(f"{type(self).__name__} was never initialised: build a built-in sampler through "
+                        f"its constructor; {PYTHON_SAMPLER}")
         return 0
 
     cdef Py_ssize_t batch_length_of(self, Py_ssize_t step) noexcept nogil:

@@ -72,7 +72,7 @@ class _Engine:
         self.closed = False
         self.alive = workers
         # Batches alive at once: the ring's slots, one per worker, the consumer's.
-        self.window = PoolWindow(loader.collator.pool, self.prefetch + workers + 1)
+        self.window = PoolWindow.for_stream(loader.collator.pool, self.prefetch, workers)
         _live_engines.add(self)
         self.threads = [threading.Thread(target=_work, name=f"onemodel_cy-worker-{k}",
                                          args=(self, k, loader._workspace()), daemon=True)

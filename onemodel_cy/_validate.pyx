@@ -17,6 +17,7 @@ from onemodel_cy._typedefs cimport u64
 cnp.import_array()
 
 cdef object MASK64 = (1 << 64) - 1
+cdef double FLOAT32_ROUNDS_TO_INF = 3.4028235677973366e38    # 2**128 - 2**103
 cdef object SSIZE_MAX = (<object>1 << (8 * sizeof(Py_ssize_t) - 1)) - 1   # a Python shift: no C int overflow
 
 
@@ -58,16 +59,18 @@ cdef Py_ssize_t as_size(object value, str name, Py_ssize_t minimum=0,
 
 cdef float as_float32(object value, str name) except? -1:
     """``value`` rounded to float32, refused unless finite there (1e39 would round to inf)."""
-    cdef float v
+    cdef double d
     if isinstance(value, (bool, str, bytes)):
         raise TypeError(f"{name} must be a real number, received {value!r}")
     try:
-        v = float(value)
+        d = float(value)
     except (TypeError, ValueError):
         raise TypeError(f"{name} must be a real number, received {value!r}") from None
-    if v != v or v - v != 0:
+    # Checked in double before the cast (casting an out-of-range double to float is
+    # undefined in C): from 2**128 - 2**103 on, the float32 rounding is inf.
+    if d != d or not -FLOAT32_ROUNDS_TO_INF < d < FLOAT32_ROUNDS_TO_INF:
         raise ValueError(f"{name} must be a finite float32 number, received {value!r}")
-    return v
+    return <float>d
 
 
 cdef str describe(object obj):
