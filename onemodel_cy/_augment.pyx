@@ -32,9 +32,14 @@ cdef class Augmentation:
         if self.kernel.run == NULL:
             raise NotImplementedError(f"{type(self).__name__} must define __call__(image, rng); only "
                                       f"an augmentation with a kernel runs without it")
-        if (not isinstance(image, np.ndarray) or image.dtype != np.float32 or image.ndim != 3
-                or not image.flags.c_contiguous or not image.flags.writeable or not image.flags.aligned):
-            raise TypeError(f"{type(self).__name__} edits a writable, aligned, C-contiguous float32 "
+        # numpy's C fields, never Python attributes (a subclass may report anything).
+        if (not isinstance(image, np.ndarray) or cnp.PyArray_TYPE(<cnp.ndarray>image) != cnp.NPY_FLOAT32
+                or cnp.PyArray_NDIM(<cnp.ndarray>image) != 3
+                or not cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>image)
+                or not cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>image)
+                or not cnp.PyArray_ISWRITEABLE(<cnp.ndarray>image)
+                or not cnp.PyArray_ISALIGNED(<cnp.ndarray>image)):
+            raise TypeError(f"{type(self).__name__} edits a writable, aligned, C-contiguous native float32 "
                             f"[C, H, W] array, received {describe(image)}")
         cdef cnp.ndarray array = image
         cdef Py_ssize_t rows = array.shape[0] * array.shape[1], width = array.shape[2]

@@ -50,8 +50,8 @@ cdef class ImageBatchCollator:
     cdef Workspace claim_workspace(self, Workspace ws)
 
     cdef ImageBatch assemble(self, Workspace ws, Py_ssize_t n, Py_ssize_t channels, Py_ssize_t height,
-                             object seed, object epoch, object step, object global_step,
-                             Py_ssize_t first_slot, bint* baton)
+                             u64 seed, u64 epoch, u64 step, object epoch_value, object step_value,
+                             object global_step, Py_ssize_t first_slot, bint* baton)
     cdef augment_staged(self, Workspace ws, Py_ssize_t n, Py_ssize_t channels, Py_ssize_t height,
                         Py_ssize_t total_width, u64 seed, u64 epoch, u64 step, Py_ssize_t first_slot,
                         bint* baton)

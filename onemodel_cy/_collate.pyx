@@ -290,28 +290,36 @@ cdef class ImageBatchCollator:
             raise ValueError("cannot collate an empty batch (0 samples)")
         cdef Py_ssize_t first = as_size(first_slot, "first_slot")
         checked_add(first, n, "first_slot + the number of samples")     # every slot number fits
+        # Every conversion (which may run user code) before the slot table points anywhere.
+        epoch_value, step_value = as_index(epoch, "epoch"), as_index(step, "step")
+        cdef u64 seed64 = as_u64(seed, "seed"), epoch64 = as_u64(epoch_value, "epoch")
+        cdef u64 step64 = as_u64(step_value, "step")
+        index_values = [as_index(indices[j], "every entry of indices") for j in range(n)]
         cdef Workspace ws = self.claim_workspace(workspace)
         cdef Py_ssize_t shape[2]
         cdef bint baton = False
         try:
             ws.reserve(n)
             for j in range(n):
-                index = as_index(indices[j], "every entry of indices")
+                index = index_values[j]
                 if not 0 <= index < INT32_END:
                     raise IndexError(f"slot {first + j}: dataset index must lie in [0, 2**31) "
                                      f"(int32 Indices), received {index}")
                 fill_slot(ws, j, samples[j], index, first, shape)
-            return self.assemble(ws, n, shape[0], shape[1], seed, epoch, step, None, first, &baton)
+            return self.assemble(ws, n, shape[0], shape[1], seed64, epoch64, step64, epoch_value, step_value,
+                                 None, first, &baton)
         finally:
             if ws.pacing is not None:
                 ws.pacing.give_back(&baton)
             ws.let_go(0)
 
     cdef ImageBatch assemble(self, Workspace ws, Py_ssize_t n, Py_ssize_t channels, Py_ssize_t height,
-                             object seed, object epoch, object step, object global_step,
-                             Py_ssize_t first_slot, bint* baton):
-        """The batch of the ``n`` slots in ``ws``'s table; gives the baton back (``baton``)."""
-        cdef u64 seed64 = as_u64(seed, "seed"), epoch64 = as_u64(epoch, "epoch"), step64 = as_u64(step, "step")
+                             u64 seed64, u64 epoch64, u64 step64, object epoch_value, object step_value,
+                             object global_step, Py_ssize_t first_slot, bint* baton):
+        """The batch of the ``n`` slots in ``ws``'s table; gives the baton back (``baton``).
+
+        Every argument is already converted (the callers convert first, before the slot
+        table points anywhere: converting runs user code, ``__index__``)."""
         cdef SlotJob* jobs = ws.jobs
         cdef Py_ssize_t j, widest = 0, total_width = 0, total_targets = 0
         for j in range(n):
@@ -339,7 +347,7 @@ cdef class ImageBatchCollator:
                 pacing.give_back(baton)
             copy_images(jobs, n, images, &layout, &self._kernel, seed64, epoch64, step64, first_slot,
                         self.pad_value)
-        return batch_in_block(block, &layout, as_index(epoch, "epoch"), as_index(step, "step"), global_step)
+        return batch_in_block(block, &layout, epoch_value, step_value, global_step)
 
     cdef augment_staged(self, Workspace ws, Py_ssize_t n, Py_ssize_t channels, Py_ssize_t height,
                         Py_ssize_t total_width, u64 seed, u64 epoch, u64 step, Py_ssize_t first_slot,

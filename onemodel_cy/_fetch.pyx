@@ -15,7 +15,6 @@ from onemodel_cy._validate cimport as_index, as_u64, describe
 from onemodel_cy._rng cimport SampleRng, derive_seed, STREAM_TRANSFORM
 from onemodel_cy._datasets cimport PackedImages, PackedSource, Sample
 from onemodel_cy._collate cimport SlotJob, Workspace, ImageBatchCollator, fill_slot
-from onemodel_cy._batch cimport ImageBatch
 from onemodel_cy._pacing cimport Pacing
 
 cnp.import_array()
@@ -49,15 +48,25 @@ def build_batch(ImageBatchCollator collator not None, dataset, cnp.ndarray indic
         None picks the packed view when the dataset offers one and there is no
         transform; "packed" requires it; "samples" always calls ``get_sample``.
     """
-    if indices.dtype != np.int64 or indices.ndim != 1 or not indices.flags.c_contiguous \
-            or not indices.flags.aligned:
-        raise TypeError(f"indices must be an aligned C-contiguous 1-D int64 array, received {describe(indices)}")
+    # numpy's C fields, never Python attributes (an ndarray subclass may report anything).
+    if (cnp.PyArray_TYPE(indices) != cnp.NPY_INT64 or cnp.PyArray_NDIM(indices) != 1
+            or not cnp.PyArray_ISNOTSWAPPED(indices) or not cnp.PyArray_IS_C_CONTIGUOUS(indices)
+            or not cnp.PyArray_ISALIGNED(indices)):
+        raise TypeError(f"indices must be an aligned C-contiguous 1-D native int64 array, received "
+                        f"{describe(indices)}")
+    cdef Py_ssize_t length = cnp.PyArray_DIMS(indices)[0]
     first = as_index(start, "start")
-    end = indices.shape[0] if stop is None else as_index(stop, "stop")
-    if not 0 <= first < end <= indices.shape[0]:
-        raise ValueError(f"need 0 <= start < stop <= len(indices) = {indices.shape[0]}, "
+    end = length if stop is None else as_index(stop, "stop")
+    if not 0 <= first < end <= length:
+        raise ValueError(f"need 0 <= start < stop <= len(indices) = {length}, "
                          f"received start={first}, stop={end}")
     cdef Py_ssize_t lo = first, hi = end
+    # Every conversion (which may run user code) before the slot table points anywhere.
+    epoch_value, step_value = as_index(epoch, "epoch"), as_index(step, "step")
+    cdef u64 seed64 = as_u64(seed, "seed"), epoch64 = as_u64(epoch_value, "epoch")
+    cdef u64 step64 = as_u64(step_value, "step")
+    if global_step is not None:
+        global_step = as_index(global_step, "global_step")
     if route not in ROUTES:
         raise ValueError(f"route must be one of {ROUTES}, received {route!r}")
     if transform is not None and not callable(transform):
@@ -74,11 +83,16 @@ def build_batch(ImageBatchCollator collator not None, dataset, cnp.ndarray indic
     cdef Py_ssize_t shape[2]
     try:
         if packed:
-            gather_packed(ws, &view, <const i64*>cnp.PyArray_DATA(indices), lo, hi, shape)
+            try:
+                gather_packed(ws, &view, <const i64*>cnp.PyArray_DATA(indices), lo, hi, shape)
+            except Exception as error:
+                error.add_note(f"onemodel_cy: while building {step_name(global_step, epoch_value, step_value)}")
+                raise
         else:
-            read_samples(ws, dataset, indices, lo, hi, transform, seed, epoch, step, global_step, shape,
-                         &baton)
-        return collator.assemble(ws, hi - lo, shape[0], shape[1], seed, epoch, step, global_step, lo, &baton)
+            read_samples(ws, dataset, indices, lo, hi, transform, seed64, epoch64, step64, global_step,
+                         epoch_value, step_value, shape, &baton)
+        return collator.assemble(ws, hi - lo, shape[0], shape[1], seed64, epoch64, step64, epoch_value,
+                                 step_value, global_step, lo, &baton)
     finally:
         if ws.pacing is not None:
             ws.pacing.give_back(&baton)
@@ -93,7 +107,7 @@ cdef int gather_packed(Workspace ws, const PackedImages* view, const i64* idx, P
     cdef Py_ssize_t n = hi - lo, j, bad = -1
     cdef SlotJob* jobs = ws.reserve(n)
     cdef const i64* shapes = view.shapes
-    cdef i64 i, first
+    cdef i64 i, first, bad_index = 0
     cdef bint out_of_range = False
     with nogil:
         first = idx[lo]
@@ -102,6 +116,7 @@ cdef int gather_packed(Workspace ws, const PackedImages* view, const i64* idx, P
             out_of_range = True
         for j in range(n if bad < 0 else 0):
             i = idx[lo + j]
+            bad_index = i          # the messages below use this copy: idx may change meanwhile
             if not 0 <= i < view.count:
                 bad = j
                 out_of_range = True
@@ -117,12 +132,12 @@ cdef int gather_packed(Workspace ws, const PackedImages* view, const i64* idx, P
             jobs[j].index = i
     if out_of_range:
         raise IndexError(f"slot {lo + bad}: dataset index must lie in [0, {view.count}), "
-                         f"received {idx[lo + bad]}")
+                         f"received {first if bad == 0 and not 0 <= first < view.count else bad_index}")
     if bad >= 0:
         raise ValueError(
-            f"slot {lo + bad} (dataset index {idx[lo + bad]}): every sample of a batch must share C and H; "
+            f"slot {lo + bad} (dataset index {bad_index}): every sample of a batch must share C and H; "
             f"slot {lo} has C={shapes[3 * first]}, H={shapes[3 * first + 1]}, received "
-            f"C={shapes[3 * idx[lo + bad]]}, H={shapes[3 * idx[lo + bad] + 1]}")
+            f"C={shapes[3 * bad_index]}, H={shapes[3 * bad_index + 1]}")
     shape[0] = shapes[3 * first]
     shape[1] = shapes[3 * first + 1]
     return 0
@@ -135,13 +150,13 @@ cdef str step_name(global_step, epoch, step):
 
 
 cdef int read_samples(Workspace ws, dataset, cnp.ndarray indices, Py_ssize_t lo, Py_ssize_t hi, transform,
-                      seed, epoch, step, global_step, Py_ssize_t* shape, bint* baton) except -1:
+                      u64 seed64, u64 epoch64, u64 step64, global_step, epoch, step, Py_ssize_t* shape,
+                      bint* baton) except -1:
     """Fill slots [lo, hi) from ``dataset.get_sample`` (and the transform), holding each
     sample in the workspace until the batch is built. Takes the pacing's baton first."""
     get_sample = getattr(dataset, "get_sample", None)
     if not callable(get_sample):
         raise TypeError(f"dataset must provide get_sample(index) -> Sample, received {type(dataset).__name__}")
-    cdef u64 seed64 = as_u64(seed, "seed"), epoch64 = as_u64(epoch, "epoch"), step64 = as_u64(step, "step")
     cdef const i64* idx = <const i64*>cnp.PyArray_DATA(indices)
     cdef Py_ssize_t n = hi - lo, j, slot
     cdef i64 index

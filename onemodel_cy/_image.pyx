@@ -48,34 +48,47 @@ cdef tuple source_layout(src, Py_ssize_t channels, width, height, stride):
 
 
 cdef tuple array_layout(src, Py_ssize_t channels):
-    """A uint8 ``[H, W]`` (gray) or ``[H, W, 3]`` (RGB) array, made C-contiguous if its rows are not."""
+    """A uint8 ``[H, W]`` (gray) or ``[H, W, 3]`` (RGB) array, made C-contiguous if its rows are not.
+
+    Read through numpy's C fields, never through Python attributes: an ndarray subclass
+    may report any ``shape`` or ``strides`` it likes."""
     expected = 2 if channels == 1 else 3
     want = "[H, W]" if channels == 1 else "[H, W, 3]"
-    if src.dtype != np.uint8 or src.ndim != expected:
+    cdef cnp.ndarray array = <cnp.ndarray>src
+    if cnp.PyArray_TYPE(array) != cnp.NPY_UINT8 or cnp.PyArray_NDIM(array) != expected:
         raise TypeError(f"src must be a uint8 array {want}, received {describe(src)}")
-    if channels == 3 and src.shape[2] != 3:
-        raise ValueError(f"src must be a uint8 array {want}, received shape={src.shape}")
-    if (src.strides[1] != channels or (channels == 3 and src.strides[2] != 1)
-            or src.strides[0] < src.shape[1] * channels):
-        src = np.ascontiguousarray(src)
+    cdef cnp.npy_intp* dims = cnp.PyArray_DIMS(array)
+    cdef cnp.npy_intp* strides = cnp.PyArray_STRIDES(array)
+    if channels == 3 and dims[2] != 3:
+        raise ValueError(f"src must be a uint8 array {want}, received shape={tuple(dims[k] for k in range(3))}")
+    if (strides[1] != channels or (channels == 3 and strides[2] != 1)
+            or strides[0] < dims[1] * channels):
+        array = np.ascontiguousarray(array)
+        dims = cnp.PyArray_DIMS(array)
+        strides = cnp.PyArray_STRIDES(array)
     # The array's data pointer is the first pixel; rows are strides[0] bytes apart.
-    return src, src.shape[0], src.shape[1], src.strides[0]
+    return array, dims[0], dims[1], strides[0]
 
 
 cdef cnp.ndarray output_of(out, Py_ssize_t channels, Py_ssize_t h, Py_ssize_t w):
-    """``out`` checked, or a new ``[channels, h, w]`` float32 array."""
+    """``out`` checked (through numpy's C fields), or a new ``[channels, h, w]`` float32 array."""
     checked_mul(checked_mul(checked_mul(channels, h, "the output's size"), w, "the output's size"),
                 sizeof(float), "the output's size")
     if out is None:
         return np.empty((channels, h, w), dtype=np.float32)
     want = f"a writable, aligned, C-contiguous native float32 array of shape {(channels, h, w)}"
-    if (not isinstance(out, np.ndarray) or out.dtype != np.float32 or out.ndim != 3
-            or not out.flags.c_contiguous or not out.flags.aligned or not out.flags.writeable):
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"out must be {want}, received {describe(out)}")
+    cdef cnp.ndarray array = <cnp.ndarray>out
+    if (cnp.PyArray_TYPE(array) != cnp.NPY_FLOAT32 or cnp.PyArray_NDIM(array) != 3
+            or not cnp.PyArray_ISNOTSWAPPED(array) or not cnp.PyArray_IS_C_CONTIGUOUS(array)
+            or not cnp.PyArray_ISALIGNED(array) or not cnp.PyArray_ISWRITEABLE(array)):
         # A misaligned float32 view is refused rather than written (misaligned stores).
         raise TypeError(f"out must be {want}, received {describe(out)}")
-    if out.shape != (channels, h, w):
-        raise ValueError(f"out must be {want}, received shape={out.shape}")
-    return out
+    cdef cnp.npy_intp* dims = cnp.PyArray_DIMS(array)
+    if dims[0] != channels or dims[1] != h or dims[2] != w:
+        raise ValueError(f"out must be {want}, received shape={(dims[0], dims[1], dims[2])}")
+    return array
 
 
 cdef cnp.ndarray to_planar(src, Py_ssize_t channels, mean, std, width, height, stride, out):

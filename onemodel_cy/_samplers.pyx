@@ -110,7 +110,8 @@ cdef class Sampler:
         if not self._initialised:
             # The bare base is abstract; a built-in sampler made without its constructor is
             # an object in a state it cannot serve (the exception rule).
-            error = NotImplementedError if type(self) is Sampler else RuntimeError
+            error = RuntimeError if isinstance(self, (_RangeSampler, MixingSampler, BucketedSampler)) \
+                else NotImplementedError
             raise error(f"{type(self).__name__} was never initialised: build a built-in sampler through "
                         f"its constructor; {PYTHON_SAMPLER}")
         return 0
