@@ -20,3 +20,4 @@ cdef struct AugmentKernel:
 
 cdef class Augmentation:
     cdef AugmentKernel kernel   # filled once by the constructor; copied by the collator
+    cdef bint _claimed          # a built-in's __init__ ran: a second one is refused

@@ -93,6 +93,10 @@ cdef class GainOffset(Augmentation):
     """
 
     def __init__(self, gain=0.2, offset=0.1):
+        if self._claimed:
+            raise RuntimeError("GainOffset.__init__ was already called on this object (workers may be "
+                               "using it); build a new one")
+        self._claimed = True
         cdef float g = as_float32(gain, "gain"), o = as_float32(offset, "offset")
         self.kernel.params[0] = g
         self.kernel.params[1] = o
@@ -124,6 +128,10 @@ cdef class GaussianNoise(Augmentation):
     """
 
     def __init__(self, sigma=0.05):
+        if self._claimed:
+            raise RuntimeError("GaussianNoise.__init__ was already called on this object (workers may be "
+                               "using it); build a new one")
+        self._claimed = True
         self.kernel.params[0] = as_float32(sigma, "sigma")
         self.kernel.run = gaussian_noise_rows
 

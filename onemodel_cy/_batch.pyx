@@ -176,9 +176,8 @@ cdef class ImageBatch:
     def as_dict(self):
         """The six arrays by name (``FIELDS`` order)."""
         self._check_open()
-        return {"images": self._images, "widths": self._widths, "targets": self._targets,
-                "target_lengths": self._target_lengths, "labels": self._labels,
-                "indices": self._indices}
+        return dict(zip(FIELDS, (self._images, self._widths, self._targets, self._target_lengths,
+                                 self._labels, self._indices)))
 
     def __reduce__(self):
         self._check_open()

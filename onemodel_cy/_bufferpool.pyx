@@ -441,8 +441,13 @@ cdef class PoolWindow:
     cdef readonly Py_ssize_t count
     cdef readonly size_t reserved       # the largest batch size the window is held at
     cdef cython.pymutex _mutex
+    cdef bint _claimed
 
     def __init__(self, BufferPool pool not None, count):
+        if self._claimed:
+            raise RuntimeError("PoolWindow.__init__ was already called on this object (workers may be "
+                               "using it); build a new one")
+        self._claimed = True
         self.pool = pool
         self.count = as_size(count, "count")
         self.reserved = 0

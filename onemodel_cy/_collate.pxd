@@ -45,6 +45,7 @@ cdef class ImageBatchCollator:
     cdef readonly BufferPool pool
     cdef AugmentKernel _kernel          # the augmentation's GIL-free kernel (run NULL: none)
     cdef bint _python_augmentation
+    cdef bint _claimed                  # __init__ ran: a second one is refused
     cdef object _local                  # per-thread default workspace of direct calls
 
     cdef Workspace claim_workspace(self, Workspace ws)

@@ -230,6 +230,10 @@ cdef class ImageBatchCollator:
     """
 
     def __init__(self, width_multiple=1, pad_value=0.0, augmentation=None, pool=None):
+        if self._claimed:
+            raise RuntimeError("ImageBatchCollator.__init__ was already called on this object (workers may be "
+                               "using it); build a new one")
+        self._claimed = True
         m = as_index(width_multiple, "width_multiple")
         if not 1 <= m < INT32_END:
             raise ValueError(f"width_multiple must be an integer in [1, 2**31), received {m}")
@@ -254,6 +258,9 @@ cdef class ImageBatchCollator:
 
     def __reduce__(self):
         # The pool is this process's memory: a copy gets a private pool of its own.
+        if type(self) is not ImageBatchCollator:
+            raise TypeError(f"{type(self).__name__} must define __reduce__ to be pickled (the inherited one "
+                            f"would rebuild a plain ImageBatchCollator)")
         return (ImageBatchCollator, (self.width_multiple, self.pad_value, self.augmentation))
 
     cdef Workspace claim_workspace(self, Workspace ws):

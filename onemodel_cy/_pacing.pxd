@@ -10,6 +10,7 @@ cdef class Pacing:
     cdef readonly long long wait_ns     # longest spin for the baton before going ahead
     cdef readonly Py_ssize_t stage_parts
     cdef readonly bint enabled
+    cdef bint _claimed                  # __init__ ran: a second one is refused
 
     cdef inline bint take(self) noexcept nogil:
         """Take the baton (True), or give up after ``wait_ns`` (False)."""

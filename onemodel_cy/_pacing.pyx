@@ -26,6 +26,10 @@ cdef class Pacing:
     """
 
     def __init__(self, enabled=True, wait_ns=1_000_000, stage_parts=2):
+        if self._claimed:
+            raise RuntimeError("Pacing.__init__ was already called on this object (workers may be "
+                               "using it); build a new one")
+        self._claimed = True
         wait = as_index(wait_ns, "wait_ns")
         parts = as_index(stage_parts, "stage_parts")
         if not 0 <= wait <= 10**9:

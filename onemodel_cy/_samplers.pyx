@@ -196,6 +196,15 @@ cdef class Sampler:
         return (copyreg.__newobj__, (type(self),), getattr(self, "__dict__", None))
 
 
+cdef int exact_type_only(object obj, type cls) except -1:
+    """Pickling rebuilds through ``cls``'s constructor: a subclass (whose overrides that
+    would drop) must say how it pickles."""
+    if type(obj) is not cls:
+        raise TypeError(f"{type(obj).__name__} must define __reduce__ to be pickled (the inherited one "
+                        f"would rebuild a plain {cls.__name__})")
+    return 0
+
+
 @cython.auto_pickle(False)
 cdef class _RangeSampler(Sampler):
     """Shared by the sequential and shuffled samplers: positions ``step*B + i`` of ``[0, n)``."""
@@ -266,6 +275,7 @@ cdef class SequentialSampler(_RangeSampler):
 
     def __reduce__(self):
         self.check_ready()
+        exact_type_only(self, SequentialSampler)
         return (SequentialSampler, (self.n, self._batch_size, self.drop_last))
 
     cdef int fill(self, u64 epoch, Py_ssize_t step, i64* out) except -1:
@@ -308,6 +318,7 @@ cdef class ShuffledSampler(_RangeSampler):
 
     def __reduce__(self):
         self.check_ready()
+        exact_type_only(self, ShuffledSampler)
         return (ShuffledSampler, (self.n, self._batch_size, self.seed, self.drop_last))
 
     cdef int fill(self, u64 epoch, Py_ssize_t step, i64* out) except -1:
@@ -388,6 +399,7 @@ cdef class MixingSampler(Sampler):
 
     def __reduce__(self):
         self.check_ready()
+        exact_type_only(self, MixingSampler)
         return (MixingSampler, (list(self.sources), self._batch_size, self._steps_per_epoch, self.seed))
 
     cdef int fill(self, u64 epoch, Py_ssize_t step, i64* out) except -1:
@@ -512,6 +524,7 @@ cdef class BucketedSampler(Sampler):
 
     def __reduce__(self):
         self.check_ready()
+        exact_type_only(self, BucketedSampler)
         return (BucketedSampler, (self._lengths, self._batch_size, self.pool_batches, self.seed))
 
     cdef cnp.ndarray plan(self, u64 epoch):

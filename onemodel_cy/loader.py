@@ -67,6 +67,13 @@ class DataLoader:
 
     Notes
     -----
+    ``dataset``, ``sampler``, ``collator``, ``seed``, ``transform``, ``rank`` and
+    ``world_size`` are read-only: the batches are a function of them. ``workers``,
+    ``prefetch`` and ``timeout`` may be changed between streams. A stream closed from
+    another thread (``stream.close()``, ``loader.close()``) ends as if it had run out:
+    the loop over it stops without an error; compare ``stream.next_g`` with the step you
+    expected to tell the two apart.
+
     With workers, ``for batch in loader`` keeps its worker threads between passes (as
     PyTorch's ``persistent_workers=True``) and they go on prefetching the next epoch's
     first steps, so an epoch boundary costs nothing. Those threads live until
@@ -89,15 +96,17 @@ class DataLoader:
         if transform is not None and not callable(transform):
             raise TypeError(f"transform must be callable as transform(sample, rng) or None, "
                             f"received {type(transform).__name__}")
-        self.dataset = dataset
-        self.sampler = sampler
-        self.collator = collator
-        self.seed = check_integer(seed, "seed") & _MASK64     # D3: any integer, mod 2**64
+        # What the bytes depend on is read-only (below): batches built ahead by kept
+        # workers must stay the batches of this configuration.
+        self._dataset = dataset
+        self._sampler = sampler
+        self._collator = collator
+        self._seed = check_integer(seed, "seed") & _MASK64     # D3: any integer, mod 2**64
         self.workers = check_integer(workers, "workers", 0)
         self.prefetch = check_integer(prefetch, "prefetch", 1)
-        self.transform = transform
-        self.world_size = check_integer(world_size, "world_size", 1)
-        self.rank = check_integer(rank, "rank", 0)
+        self._transform = transform
+        self._world_size = check_integer(world_size, "world_size", 1)
+        self._rank = check_integer(rank, "rank", 0)
         if self.rank >= self.world_size:
             raise ValueError(f"rank must lie in [0, world_size) = [0, {self.world_size}), received {self.rank}")
         batch_size = sampler.batch_size
@@ -118,6 +127,14 @@ class DataLoader:
         # The workers' shared baton for the Python parts of a batch (see _pacing.pyx).
         self.pacing = Pacing()
         self.epoch = 0
+
+    dataset = property(lambda self: self._dataset, doc="The dataset (read-only).")
+    sampler = property(lambda self: self._sampler, doc="The sampler (read-only).")
+    collator = property(lambda self: self._collator, doc="The collator (read-only).")
+    seed = property(lambda self: self._seed, doc="The loader's seed, mod 2**64 (read-only).")
+    transform = property(lambda self: self._transform, doc="The transform (read-only).")
+    rank = property(lambda self: self._rank, doc="This process's rank (read-only).")
+    world_size = property(lambda self: self._world_size, doc="The number of ranks (read-only).")
 
     # -- the pure function -------------------------------------------------------------
 
@@ -160,6 +177,8 @@ class DataLoader:
         if deprecated:
             warnings.warn(f"DataLoader.iter({', '.join(sorted(deprecated))}) is deprecated: use start_g and "
                           f"stop_g (global steps)", DeprecationWarning, stacklevel=2)
+        if ("start_step" in deprecated and start_g != 0) or ("stop_step" in deprecated and stop_g is not None):
+            raise TypeError("DataLoader.iter() got a global step under both its name and its deprecated name")
         start_g = deprecated.get("start_step", start_g)
         stop_g = deprecated.get("stop_step", stop_g)
         return BatchStream(self, start_g, stop_g)

@@ -933,18 +933,22 @@ def test_target_changed_in_place_after_the_sample_is_refused(om):
 
 def test_a_kernel_augmentation_is_sealed_when_the_collator_is_built(om):
     """§4 with a built-in augmentation: the collator copies the augmentation's kernel and
-    parameters when it is built, so re-initialising the augmentation object afterwards
-    (even from another thread, while workers collate) cannot change or tear a batch."""
+    parameters when it is built, and a second __init__ of the augmentation (or of the
+    collator) is refused, so nothing (even from another thread, while workers collate)
+    can change or tear a batch."""
     samples = [om.Sample(_pixels(k, (1, 2, 3 + k)), [k], k) for k in range(3)]
     aug = om.GainOffset(0.2, 0.1)
     col = om.ImageBatchCollator(augmentation=aug)
     with col.collate(samples, [0, 1, 2], 5, 0, 0) as b:
         before = b.images.copy()
-    aug.__init__(0.9, 0.9)
+    with pytest.raises(RuntimeError, match="already called"):
+        aug.__init__(0.9, 0.9)
+    assert (aug.gain, aug.offset) == (np.float32(0.2), np.float32(0.1))
     with col.collate(samples, [0, 1, 2], 5, 0, 0) as b:
         assert np.array_equal(b.images.view(np.uint32), before.view(np.uint32))
-    with om.ImageBatchCollator(augmentation=aug).collate(samples, [0, 1, 2], 5, 0, 0) as b:
-        assert not np.array_equal(b.images.view(np.uint32), before.view(np.uint32))
+    with pytest.raises(RuntimeError, match="already called"):
+        col.__init__(width_multiple=8)
+    assert col.width_multiple == 1
 
 
 def test_both_fetch_routes_give_the_same_bits(om):

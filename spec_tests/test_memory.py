@@ -702,7 +702,7 @@ def test_steady_state_consumer_allocates_only_the_batch_objects(om, workers):
     16 and of 64 of the same images cost within 64 bytes of each other, so nothing is
     allocated per sample."""
     per_batch, new_misses = _consumer_bytes_per_batch(om, workers, 16)
-    assert per_batch < 2048, per_batch
+    assert per_batch < (2048 if workers == 0 else 1024), per_batch     # measured: ~1,050 and ~270
     assert new_misses == 0, new_misses
     if workers == 0:
         wide, wide_misses = _consumer_bytes_per_batch(om, workers, 64)

@@ -527,3 +527,71 @@ def test_block_address_is_gone(om):
     code (nothing used it) and no longer exists."""
     from onemodel_cy._bufferpool import Block
     assert not hasattr(Block, "address")
+
+
+def test_configuration_that_the_bytes_depend_on_is_read_only(om):
+    """§1 (the batch is a function of the configuration): a loader's dataset, sampler,
+    collator, seed, transform, rank and world size cannot be reassigned, so batches that
+    kept workers built ahead always belong to the configuration they are delivered under."""
+    ds = om.SyntheticLineImages(8, height=2, min_width=2, max_width=3, seed=1)
+    loader = om.DataLoader(ds, om.SequentialSampler(8, 4), om.ImageBatchCollator(), seed=3)
+    for name in ("dataset", "sampler", "collator", "seed", "transform", "rank", "world_size"):
+        with pytest.raises(AttributeError):
+            setattr(loader, name, getattr(loader, name))
+    loader.prefetch = 3          # these do not change the bytes
+    loader.workers = 1
+    assert loader.seed == 3
+
+
+def test_subclasses_do_not_pickle_as_their_base(om):
+    """Concern: pickling. A Python subclass of a built-in sampler or of the collator is
+    refused by the inherited __reduce__ (which would rebuild the base class and drop the
+    subclass's overrides) instead of coming back as a plain base object."""
+    class Reversed(om.SequentialSampler):
+        def indices(self, epoch, step):
+            return super().indices(epoch, step)[::-1].copy()
+
+    class Mine(om.ImageBatchCollator):
+        pass
+
+    for obj in (Reversed(10, 2), Mine()):
+        with pytest.raises(TypeError, match="must define __reduce__"):
+            pickle.dumps(obj)
+    assert pickle.loads(pickle.dumps(om.SequentialSampler(10, 2))).steps_per_epoch == 5
+
+
+def test_pool_window_checks_its_size_and_keeps_its_record_on_failure(om):
+    """§5 (PoolWindow): a size that is not a non-negative integer is refused with the rule's
+    types, and a reservation the pool refuses leaves the window's record where it was."""
+    from onemodel_cy._bufferpool import PoolWindow
+    window = PoolWindow.for_stream(om.BufferPool(max_bytes=1 << 20), 2, 1)
+    assert window.count == 4
+    with pytest.raises(ValueError):
+        window.fit(-1)
+    with pytest.raises(TypeError):
+        window.fit(1.5)
+    with pytest.raises((ValueError, MemoryError)):
+        window.fit(1 << 60)
+    assert window.reserved == 0
+    window.fit(4096)
+    assert window.reserved == 4096
+
+
+def test_image_constants_must_give_a_finite_scale_and_bias(om):
+    """§6 (D15): finite mean and std whose float32 scale 1/(255 std) or bias mean/std is
+    not finite are refused with a ValueError naming them, instead of a NaN or infinite image."""
+    gray = np.zeros((2, 3), np.uint8)
+    for mean, std in ((0.0, 1e-44), (1e30, 1e-30)):
+        with pytest.raises(ValueError, match="finite"):
+            om.gray8_to_planar(gray, mean, std)
+    with pytest.raises(ValueError, match="finite"):
+        om.GainOffset(3.5e38, 0.0)
+
+
+def test_old_and_new_global_step_names_together_are_refused(om):
+    """§1 naming: giving the first global step under both its name and its deprecated name is
+    a TypeError, not a silent choice of one of them."""
+    ds = om.SyntheticLineImages(8, height=2, min_width=2, max_width=3, seed=1)
+    loader = om.DataLoader(ds, om.SequentialSampler(8, 4), om.ImageBatchCollator(), seed=0)
+    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="both"):
+        loader.iter(start_g=1, start_step=1)
