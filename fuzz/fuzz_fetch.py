@@ -8,13 +8,16 @@ Mode 1 (``fuzz_build``) decodes a small dataset (``SyntheticLineImages``, or an
 byte order, a strided or a one-byte-misaligned view), a slot range, a route, an
 augmentation and a transform. An accepted batch is checked against the dataset (§4: widths,
 targets, labels and indices of the chosen slots are ``get_sample``'s) and, without a
-transform, against the other route: "packed" and "samples" are one batch, bit for bit, and
-refuse alike (§5, the packed view is an optimisation that never changes bytes).
+transform, against the other route: what one of "packed" and "samples" builds, the other
+builds too, bit for bit (§1: the batch is a function of the dataset and the collator, not of
+how the fetch step reads the dataset); an identity transform gives the batch built without
+one (D17).
 
 Mode 2 (``fuzz_ranks``) builds step ``g`` on every rank of a ``world_size`` and on one rank:
 ``global_step == g``, ``(epoch, step) == divmod(g, steps_per_epoch)``, the ranks' indices
 (widths, labels, targets) concatenated are the global batch's, and the global batch's
-indices are the reference sampler's (§3, §6 ranks share one global batch by slot range).
+indices are the reference sampler's (§1 global steps, §3; the loader's concern that ranks
+share one global batch by slot range, docs of ``DataLoader``).
 """
 import os
 import sys
@@ -77,11 +80,17 @@ def augmentation(d):
     return None
 
 
+def IDENTITY(sample, rng):
+    """A transform that returns its sample: the batch is the untransformed one (D17: the
+    transform's stream 0 is apart from the augmentation's, so drawing nothing changes nothing)."""
+    return sample
+
+
 def transform_of(d):
     """None, the identity, a transform that draws from its rng and scales, or a wrong one."""
     which = d.small(0, 5)
     if which == 1:
-        return lambda sample, rng: sample
+        return IDENTITY
     if which == 2:
         def scaled(sample, rng):
             image, target, label = tuple(sample)
@@ -144,10 +153,12 @@ def fuzz_build(d):
     check(batch.global_step == g or g is None, f"global_step {batch.global_step} != {g}")
     check((batch.epoch, batch.step) == (epoch, step), "epoch/step not stored")
     check_against_dataset(batch, ds, indices, lo, hi, transform is not None)
-    if transform is None:
-        other = "samples" if route in (None, "packed") else "packed"
+    if transform is None or transform is IDENTITY:
+        other = "samples" if route in (None, "packed") or transform is IDENTITY else "packed"
+        kwargs["transform"] = None
         twin, twin_err = attempt(build_batch, col, ds, indices, seed, epoch, step, route=other, **kwargs)
-        check(twin is not None, f"route {route!r} built the batch, route {other!r} raised {twin_err}")
+        check(twin is not None, f"route {route!r} (transform {transform!r}) built the batch, route "
+                                f"{other!r} without a transform raised {twin_err}")
         for name in FIELDS:
             a, b = getattr(batch, name), getattr(twin, name)
             if name == "images":
