@@ -43,7 +43,7 @@ cdef cnp.ndarray target_array(target, str where):
     cdef cnp.ndarray array
     if (is_sealed(target) and cnp.PyArray_TYPE(<cnp.ndarray>target) == cnp.NPY_INT32
             and cnp.PyArray_NDIM(<cnp.ndarray>target) == 1 and cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>target)
-            and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>target)):
+            and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>target) and cnp.PyArray_ISALIGNED(<cnp.ndarray>target)):
         array = target        # a dataset's own stored target: nobody can change it
     elif (type(target) is np.ndarray and cnp.PyArray_TYPE(<cnp.ndarray>target) == cnp.NPY_INT32
             and cnp.PyArray_NDIM(<cnp.ndarray>target) == 1):

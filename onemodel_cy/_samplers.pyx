@@ -172,6 +172,8 @@ cdef class Sampler:
         the batch (``ValueError`` otherwise).
         """
         check_out(out)
+        epoch = as_index(epoch, "epoch")      # once: every later use sees the same value
+        step = as_index(step, "step")
         cdef cnp.ndarray values
         cdef Py_ssize_t s, length
         if self._python:

@@ -595,3 +595,18 @@ def test_old_and_new_global_step_names_together_are_refused(om):
     loader = om.DataLoader(ds, om.SequentialSampler(8, 4), om.ImageBatchCollator(), seed=0)
     with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="both"):
         loader.iter(start_g=1, start_step=1)
+
+
+def test_a_misaligned_view_of_sealed_storage_is_copied_into_a_sample(om):
+    """Concern: memory safety (issue 13 class 5, alignment). A target that is a misaligned
+    view of a dataset's sealed storage is read-only for good, but not aligned: a Sample
+    takes an aligned sealed copy of it (the values its bytes hold) instead of keeping it,
+    so no kernel reads it through a misaligned int32 pointer and collation takes it."""
+    ds = om.ArrayImageDataset([np.ones((1, 2, 3), np.float32)], [[1, 2, 3, 4, 5]], [0])
+    misaligned = ds.get_sample(0).target.view(np.uint8)[1:9].view(np.int32)
+    assert not misaligned.flags.aligned
+    sample = om.Sample(np.ones((1, 2, 3), np.float32), misaligned, 0)
+    assert sample.target.flags.aligned and not sample.target.flags.writeable
+    assert sample.target.tolist() == misaligned.tolist()
+    with om.ImageBatchCollator().collate([sample], [0], 0, 0, 0) as b:
+        assert b.targets.tolist() == misaligned.tolist()
