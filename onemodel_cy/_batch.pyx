@@ -9,7 +9,7 @@ import numpy as np
 
 from onemodel_cy._typedefs cimport i32
 from onemodel_cy._bufferpool cimport Block, POOL_ALIGN
-from onemodel_cy._validate cimport checked_add, checked_mul
+from onemodel_cy._validate cimport checked_add, checked_mul, describe
 
 cnp.import_array()
 
@@ -72,15 +72,12 @@ cdef ImageBatch batch_in_block(Block block, const BatchLayout* layout, object ep
 def _rebuild(images, widths, targets, target_lengths, labels, indices, epoch, step, global_step):
     """Unpickle an ImageBatch: the same arrays, now ordinary (unpooled) numpy arrays."""
     cdef ImageBatch batch = ImageBatch.__new__(ImageBatch)
-    arrays = []
-    for name, value, dtype, ndim in (("images", images, np.float32, 4), ("widths", widths, np.int32, 1),
-                                     ("targets", targets, np.int32, 1),
-                                     ("target_lengths", target_lengths, np.int32, 1),
-                                     ("labels", labels, np.int32, 1), ("indices", indices, np.int32, 1)):
+    arrays = [images, widths, targets, target_lengths, labels, indices]     # FIELDS order
+    for name, value in zip(FIELDS, arrays):
+        dtype, ndim = (np.float32, 4) if name == "images" else (np.int32, 1)
         if not isinstance(value, np.ndarray) or value.dtype != dtype or value.ndim != ndim:
             raise TypeError(f"ImageBatch {name} must be a {np.dtype(dtype)} array of {ndim} "
-                            f"dimension(s), received {type(value).__name__}")
-        arrays.append(value)
+                            f"dimension(s), received {describe(value)}")
     n = arrays[0].shape[0]
     if any(a.shape[0] != n for a in arrays[1:2] + arrays[3:]):
         raise ValueError(f"ImageBatch columns must all have {n} entries")

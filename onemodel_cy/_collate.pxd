@@ -30,7 +30,7 @@ cdef class Workspace:
     cdef bint busy                     # a collation is using it (refuses re-entrant use)
 
     cdef SlotJob* reserve(self, Py_ssize_t n) except NULL
-    cdef void let_go(self, Py_ssize_t n)
+    cdef void let_go(self, Py_ssize_t n, bint* baton)
     cdef float* stage(self, Py_ssize_t floats) except NULL
 
 

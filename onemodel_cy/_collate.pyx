@@ -82,10 +82,13 @@ cdef class Workspace:
             self.capacity = n
         return self.jobs
 
-    cdef void let_go(self, Py_ssize_t n):
-        """Drop what the last batch held (its first n slots), keeping the lists' capacity:
-        a warm collation allocates nothing for them."""
+    cdef void let_go(self, Py_ssize_t n, bint* baton):
+        """End a collation: give the pacing's baton back if ``baton`` is held, and drop
+        what the batch held (its first n slots), keeping the lists' capacity: a warm
+        collation allocates nothing for them."""
         cdef Py_ssize_t j
+        if self.pacing is not None:
+            self.pacing.give_back(baton)
         for j in range(min(n, self.capacity)):
             self.held[j] = None
         if self.keep:
@@ -316,9 +319,7 @@ cdef class ImageBatchCollator:
             return self.assemble(ws, n, shape[0], shape[1], seed64, epoch64, step64, epoch_value, step_value,
                                  None, first, &baton)
         finally:
-            if ws.pacing is not None:
-                ws.pacing.give_back(&baton)
-            ws.let_go(0)
+            ws.let_go(0, &baton)
 
     cdef ImageBatch assemble(self, Workspace ws, Py_ssize_t n, Py_ssize_t channels, Py_ssize_t height,
                              u64 seed64, u64 epoch64, u64 step64, object epoch_value, object step_value,

@@ -94,9 +94,7 @@ def build_batch(ImageBatchCollator collator not None, dataset, cnp.ndarray indic
         return collator.assemble(ws, hi - lo, shape[0], shape[1], seed64, epoch64, step64, epoch_value,
                                  step_value, global_step, lo, &baton)
     finally:
-        if ws.pacing is not None:
-            ws.pacing.give_back(&baton)
-        ws.let_go(hi - lo)
+        ws.let_go(hi - lo, &baton)
 
 
 cdef int gather_packed(Workspace ws, const PackedImages* view, const i64* idx, Py_ssize_t lo,
