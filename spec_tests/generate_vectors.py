@@ -18,6 +18,7 @@ import importlib.util
 import json
 import os
 import sys
+import types
 
 import numpy as np
 
@@ -26,6 +27,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 import reference as R  # noqa: E402
+import vector_additions  # noqa: E402
 
 
 def _load_codec():
@@ -668,8 +670,21 @@ def build_synthetic() -> dict:
 # writing
 # ---------------------------------------------------------------------------
 
+def _with_additions(stem, build):
+    """``build``'s document with ``vector_additions.extra_<stem>``'s cases appended after the
+    released ones (which therefore keep their place and bytes)."""
+    def build_all_cases():
+        doc = build()
+        extra = getattr(vector_additions, "extra_" + stem, None)
+        if extra is not None:
+            doc["cases"] += extra(types.SimpleNamespace(**globals()))
+        return doc
+    return build_all_cases
+
+
 # One builder per vector file, found by name: ``rng.json`` is written by ``build_rng``.
-BUILDERS = {name: globals()["build_" + name.removesuffix(".json")] for name in codec.VECTOR_FILES}
+BUILDERS = {name: _with_additions(name.removesuffix(".json"), globals()["build_" + name.removesuffix(".json")])
+            for name in codec.VECTOR_FILES}
 
 
 def dumps(obj: dict) -> str:

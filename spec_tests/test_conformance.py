@@ -40,13 +40,14 @@ def _check(results, **kw):
 
 def test_checker_passes_the_package_and_names_a_wrong_value(own_results):
     """Concern: conformance kit. A port whose one label of one stream batch is off
-    fails, and the report names the case, its pins and the path of the wrong value."""
+    fails, and the report names the case, its pins and the path of the wrong value, the
+    batch named by its global step and rank (issue 11: not by its position in the list)."""
     assert _check(own_results)[0] == 0
     broken = copy.deepcopy(own_results)
     broken["stream.json"]["cases"][0]["output"]["batches"][1]["labels"][0] += 1
     failures, report = _check(broken)
     assert failures == 1
-    assert "batches[1].labels[0]" in report and "§1" in report
+    assert "batches[g=1 rank=0].labels[0]" in report and "§1" in report
 
 
 def test_checker_catches_a_wrong_float_bit_and_a_missing_case(own_results):
