@@ -43,7 +43,30 @@ def extra_permutation(G):
         cases.append(G.case(f"n_{n}_any_p_gives_0", ["D6", "§3"],
                             {"op": "points", "n": S(n), "key": S(0x0123456789ABCDEF), "p": [S(p) for p in ps]},
                             {"values": [S(v) for v in values]}))
+    # D3 reduces seeds and derive's arguments only: p = -2 is refused, though 2**64 - 2 < n.
+    n = R.M64
+    _refused(lambda: R.keyed_permutation(-2, n, 0))
+    cases.append(G.case("rejects_negative_p_not_reduced_mod_2_64", ["D3", "D6"],
+                        {"op": "points", "n": S(n), "key": "0", "p": ["-2"]}, {"error": "ValueError"}))
     return cases
+
+
+def _refused(call):
+    """Asserts that the oracle refuses ``call()`` with ValueError."""
+    try:
+        call()
+    except ValueError:
+        return
+    raise AssertionError("the oracle accepted an input the vectors refuse")
+
+
+def extra_rng(G):
+    """D3 applies to seeds and derive's arguments, not to next_int's n: -3 is refused
+    (reduced mod 2**64 it would be the valid 2**64 - 3)."""
+    _refused(lambda: G.R.SampleRng(0).next_int(-3))
+    return [G.case("next_int_rejects_negative_n_not_reduced_mod_2_64", ["D3", "D4"],
+                   {"op": "draws", "state": "0", "method": "next_int", "n": "-3", "count": 1},
+                   {"error": "ValueError"})]
 
 
 # ---------------------------------------------------------------- §3 mixing picks
@@ -96,7 +119,26 @@ def extra_samplers(G):
     short = [(50, 0, 0.4), (0, 10, 0.1), (20, 10, 0.2), (40, 10, 0.3), (60, 5, 0.0), (70, 0, 0.9)]
     assert R.MixingSampler(short, 1, 1, 0)._table[-1][0] < 1.0
     uneven = [(0, 4, 3.0), (10, 0, 1.0), (20, 4, 1.0), (30, 1, 2.5), (40, 2, 0.0)]
-    return [
+    cases = []
+    # D3 reduces seeds only: negative sizes, counts and positions are refused.
+    for name, spec, call in (
+            ("error_negative_n_not_reduced", G._seq(-5, 2, True), None),
+            ("error_negative_batch_size_not_reduced", G._shuf(10, -2, 0, True), None),
+            ("error_mixing_negative_start_not_reduced", G._mixing([(-3, 5, 1.0)], 2, 2, 0), None),
+            ("error_mixing_negative_size_not_reduced", G._mixing([(0, -5, 1.0)], 2, 2, 0), None),
+            ("error_mixing_negative_steps_per_epoch", G._mixing([(0, 5, 1.0)], 2, -2, 0), None),
+            ("error_bucketed_negative_pool_batches", G._bucketed([1, 2, 3, 4], 2, -1, 0), None),
+            ("error_negative_step_not_reduced", G._shuf(10, 2, 0, True), ["0", "-1"])):
+        def attempt(spec=spec, call=call):
+            sampler = G.codec.build_sampler(R, spec)
+            if call is not None:
+                sampler.indices(int(call[0]), int(call[1]))
+        _refused(attempt)
+        inp = {"op": "sampler_error", "sampler": spec}
+        if call is not None:
+            inp["call"] = {"epoch": call[0], "step": call[1]}
+        cases.append(G.case(name, ["D3", "§3"], inp, {"error": "ValueError"}))
+    return cases + [
         _pick_case(G, "mixing_pick_u_on_bounds_zero_and_empty_sources_between", around, [0.25, 0.625]),
         _pick_case(G, "mixing_pick_last_bound_below_1_falls_back_to_last_eligible", short, []),
         _pick_case(G, "mixing_pick_unnormalised_shares_u_on_bounds", uneven, [0.5]),
@@ -219,7 +261,9 @@ def _stream_case(G, name, pins, dspec, sspec, lspec, world, steps):
     inp = {"op": "stream", "dataset": dspec, "sampler": sspec, "loader": lspec, "world_size": S(world),
            "steps": [S(g) for g in steps]}
     sampler = G.codec.build_sampler(G.R, sspec)
-    if not G.R.loader_ranks_allowed(sampler, world):
+    if not G.R.loader_ranks_allowed(sampler, world) or min(steps) < 0:
+        if min(steps) < 0:
+            _refused(lambda: G.R.batch(_getter(G, dspec), sampler, 0, min(steps)))
         return G.case(name, pins, inp, {"error": "ValueError"})
     get, batches = _getter(G, dspec), []
     for g in steps:
@@ -297,6 +341,8 @@ def extra_stream(G):
                      [0, 5, 6, 13]),
         _stream_case(G, "refuses_world_size_4_for_batch_6", ["§1"], ds, sm["shuffled"], loader, 4, [0]),
         _stream_case(G, "refuses_world_size_0", ["§1"], ds, sm["shuffled"], loader, 0, [0]),
+        _stream_case(G, "refuses_negative_global_step_not_reduced", ["§1", "D3"], ds, sm["shuffled"], loader, 1,
+                     [3, -1]),
         _stream_case(G, "refuses_short_last_batch_world_size_3", ["§1", "D8"], ds, sm["sequential"], loader, 3, [0]),
     ]
     cases.append(section7_digest(G))
