@@ -437,7 +437,8 @@ def differences(expected, got, path="output", full=None, keys=()):
         if "sha256" in expected and "shape" in expected:
             return _array_differences(expected, got, path, keys, full)
         found = []
-        for key, value in expected.items():
+        # A stream batch's step and rank first: a batch out of place is named as such.
+        for key, value in sorted(expected.items(), key=lambda item: item[0] not in ("g", "rank")):
             if informative(key):
                 continue
             if key not in got:
