@@ -12,6 +12,7 @@ import copy
 import hashlib
 import io
 import json
+import random
 import re
 
 import numpy as np
@@ -260,3 +261,51 @@ def test_a_setting_whose_stream_differs_is_handed_in():
     assert differences({"labels": [1]}, out) == ["output.labels[0]: expected 1, got 2"]
     out = _under_every_setting(None, inp, lambda *a: {"labels": [1]})
     assert out["harness"] == "workers=0,prefetch=1 workers=0,prefetch=3 workers=2,prefetch=1 workers=2,prefetch=3"
+
+
+_JUNK = [None, "", "0x", "-0", [], {}, 0, -1, 1e308, True, "x" * 5000, [[[[[]]]]], {"error": None},
+         {"shape": ["a"], "sha256": 5}, {"shape": [1], "sha256": "0", "values_f32": ["zz"]},
+         {"shape": [1], "sha256": "0", "values_f32": [str(1 << 70)]}, {"shape": [1], "sha256": "0", "data_b64": "@@"},
+         2 ** 70, {"g": [], "rank": {}}]
+
+
+def _nodes(value, path=()):
+    yield path
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _nodes(item, (*path, key))
+    elif isinstance(value, list):
+        for k, item in enumerate(value[:3]):
+            yield from _nodes(item, (*path, k))
+
+
+def test_checker_never_crashes_on_any_value(own_results):
+    """Concern: checker hardening. Any JSON value put anywhere in a port's output (null,
+    empty strings, wrong types, huge numbers, a broken array encoding) is a reported
+    failure, never an exception."""
+    chooser = random.Random(11)
+    names = ["tiny_plain", "iter_shuffled_dataset_fails_at_index_20_world_size_1", "mixing_pick_u_on_bounds"
+             "_zero_and_empty_sources_between", "gray8_tiny", "mix", "synthetic_tiny"]
+    files = {n: f for f in VECTOR_FILES for n in [c["name"] for c in own_results[f]["cases"]]}
+    for name in names:
+        original = _case(own_results, files[name], name)["output"]
+        paths = list(_nodes(original))
+        for _ in range(40):
+            output = copy.deepcopy(original)
+            path = chooser.choice(paths)
+            junk = copy.deepcopy(chooser.choice(_JUNK))
+            if not path:
+                output = junk
+            else:
+                node = output
+                for key in path[:-1]:
+                    node = node[key]
+                node[path[-1]] = junk
+            doc = {files[name]: {"cases": [{"name": name, "output": output}]}}
+            failures, report = _check(doc, allow_missing=True)
+            assert "compared 1 cases" in report
+            # Only a changed value the check compares must fail (an informative field
+            # or values beside a right hash are not compared).
+            if "values_f32" not in path:     # values_f32: compared only where the vector has them
+                compared = "harness" not in path
+                assert failures == (1 if compared and output != original else 0), (name, path, junk, report)

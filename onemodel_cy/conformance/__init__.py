@@ -7,8 +7,11 @@
     onemodel-cy conformance check RESULTS...     check a port's results files or folders
 
 A results file mirrors a vector file: ``{"cases": [{"name": ..., "output": {...}}, ...]}``
-with the same file name (``rng.json``, ...), each output in the vectors' encoding. A case
-whose input must be refused has output ``{"error": "<any name>"}``.
+with the same file name (``rng.json``, ...), each output in the vectors' encoding, each
+name once. A case whose input must be refused has output ``{"error": "<a non-empty name>"}``.
+A float array may carry its values (``values_f32`` or ``data_b64``) beside its hash, to be
+told the first differing element. The check fails when it compared nothing. The port
+author's guide is ``docs/conformance.md`` in the source tree.
 """
 from __future__ import annotations
 
@@ -211,7 +214,7 @@ def main(argv=None) -> int:
     run.add_argument("--out", default=None)
     checker = commands.add_parser("check")
     checker.add_argument("results", nargs="+")
-    checker.add_argument("--allow-missing", action="store_true", help="check only the cases present")
+    checker.add_argument("--allow-missing", action="store_true", help="check only the files and cases present (comparing nothing still fails)")
     args = parser.parse_args(argv)
 
     if args.command == "list":

@@ -389,7 +389,7 @@ def _array_differences(expected, got, path, keys, full):
         return []
     try:
         mine = f32_array_data(got)
-    except (ValueError, TypeError, KeyError) as error:
+    except (ValueError, TypeError, KeyError, OverflowError) as error:
         return [f"{path}: the array's values cannot be read: {short(str(error))}"]
     if mine is None:
         return [f"{path}.sha256: expected {expected['sha256']}, got {short(got['sha256'])} (write values_f32 "
@@ -410,10 +410,13 @@ def _lookup(full, keys):
     carries only its hash); ``None`` when no such output is at hand."""
     if full is None:
         return None
-    node = full()
-    for key in keys:
-        node = node[key]
-    return f32_array_data(node)
+    try:
+        node = full()
+        for key in keys:
+            node = node[key]
+        return f32_array_data(node)
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
 
 
 def differences(expected, got, path="output", full=None, keys=()):
