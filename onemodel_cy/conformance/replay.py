@@ -8,13 +8,13 @@ replay serves the checker (``onemodel-cy conformance``), the oracle and the spec
 """
 from __future__ import annotations
 
-import numpy as np
-
 import hashlib
 
+import numpy as np
+
 from onemodel_cy.conformance.codec import (BATCH_FIELDS, batch_digest, build_augmentation, build_gain_offset_copy,
-                                           build_sampler, cumulative_bounds, encode_batch, encode_draw, f32_array, f32_array_data, f32_hex,
-                                           f32_array_from, f64_hex, from_f64_hex, ints)
+                                           build_sampler, cumulative_bounds, encode_batch, encode_draw, f32_array,
+                                           f32_array_data, f32_array_from, f32_hex, f64_hex, from_f64_hex, ints)
 
 # Output fields written for people (walk and draw counts, the wrong float64 route shown
 # for contrast, the worker settings a stream ran under); not compared.
@@ -262,7 +262,7 @@ def _stream(api, inp):
 
 def _settings(inp):
     """Every (workers, prefetch) pair of the case's ``harness`` (§1: the batches do not
-    depend on them), workers 0 and prefetch 2 first."""
+    depend on them), in order; (0, 2) for a case without one."""
     harness = inp.get("harness") or {"workers": ["0"], "prefetch": ["2"]}
     return [(int(w), int(p)) for w in harness["workers"] for p in harness["prefetch"]]
 
@@ -271,8 +271,7 @@ def _run_stream(loader, start, stop):
     """Rank's batches of ``loader.iter(start, stop)`` in delivery order, and the global step
     at which the stream raised the dataset's failure (then the stream must end)."""
     batches, error_at = [], None
-    stream = loader.iter(start, stop)
-    with stream:
+    with loader, loader.iter(start, stop) as stream:
         while True:
             try:
                 batch = next(stream)
@@ -324,7 +323,8 @@ def _stream_iter(api, inp):
 
 def _digest_run(api, inp, workers, prefetch):
     steps, whole = [], hashlib.sha256()
-    with _loader(api, inp, 0, workers, prefetch).iter(int(inp["start_g"]), int(inp["stop_g"])) as stream:
+    loader = _loader(api, inp, 0, workers, prefetch)
+    with loader, loader.iter(int(inp["start_g"]), int(inp["stop_g"])) as stream:
         for batch in stream:
             with batch:
                 step = batch_digest({name: getattr(batch, name) for name in BATCH_FIELDS})
