@@ -335,12 +335,17 @@ def release_engine(loader, engine, next_g, completed_pass):
     engine.shutdown()
 
 
-def close_engines(loader):
-    """End every engine of ``loader``: the idle one and those of its open streams."""
+def discard_idle_engine(loader):
+    """End the engine ``loader`` keeps parked, if any."""
     with _handover:
         idle, loader._idle_engine = loader._idle_engine, None
     if idle is not None:
         idle.shutdown()
+
+
+def close_engines(loader):
+    """End every engine of ``loader``: the idle one and those of its open streams."""
+    discard_idle_engine(loader)
     for engine in list(_live_engines):
         if engine.owner() is loader:
             engine.shutdown()
@@ -379,6 +384,7 @@ class BatchStream:
         workers = self.loader._stream_workers()
         if workers == 0:
             self._engine = self._local = None
+            discard_idle_engine(self.loader)     # no threads are wanted: end parked ones
             return
         # A pass of `for batch in loader` prefetches past its end: the next pass adopts those.
         limit = None if self._epoch_pass and self.loader.persistent_workers else self.stop_g

@@ -759,6 +759,22 @@ def test_stress_many_short_streams_on_parked_workers():
     finish(loader)
 
 
+def test_a_stream_at_zero_workers_ends_the_parked_threads():
+    """§1 worker count: workers may change between streams; a stream run at 0 workers (the
+    consumer builds every step) ends the threads a previous stream parked, and yields
+    batch_at's bytes."""
+    pipe = Pipe(count=24, batch_size=2)
+    loader = pipe.loader(workers=2, prefetch=2)
+    with loader.iter(0, 3) as stream:
+        drain_ok(stream)
+    assert_parked(loader)
+    loader.workers = 0
+    with loader.iter(3, 6) as stream:
+        batches = drain_ok(stream)
+    assert_no_workers("after a stream at 0 workers")
+    assert_stream_is_batch_at(batches, pipe.loader(), range(3, 6), "at 0 workers")
+
+
 def test_persistent_workers_must_be_a_bool():
     """§1 arguments: persistent_workers is True or False; anything else is a TypeError naming it."""
     with pytest.raises(TypeError, match="persistent_workers"):
