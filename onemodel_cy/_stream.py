@@ -8,8 +8,11 @@ any prefetch depth, any timing, any resume point, and whether an engine was adop
 Ring discipline (§1): step ``g`` lives in slot ``g % prefetch``. Under the engine's one
 lock, a worker claims the next step ``g`` only while ``g < next_take + prefetch`` (where
 ``next_take`` is the step the consumer takes next), so two live steps never share a slot.
-Waits are on two conditions of that lock: workers wait for room, the consumer waits for
-its step. Closing notifies both, so a close takes effect at once (no polling).
+Workers wait for room on a condition of that lock. The consumer waits for its step on the
+slot's own ``ready`` lock, held while the slot is empty and released by the worker that
+fills it: one C-level acquire and release per batch on the hand-off that paces the whole
+stream, no Python-level wait. Closing (and the last worker ending) releases the ready lock
+of every empty slot and notifies the condition, so it takes effect at once (no polling).
 
 Engines belong to the loader, not to one stream (``persistent_workers=True``, the
 default). A stream that closes hands its engine back to the loader, its threads parked
@@ -66,7 +69,11 @@ class _Engine:
         # engine) on a worker thread that holds the lock.
         self.lock = threading.RLock()
         self.room = threading.Condition(self.lock)      # workers wait here for a claimable step
-        self.ready = threading.Condition(self.lock)     # the consumer waits here for its step
+        # Slot k's ready lock is released exactly while the slot holds a delivered step, or
+        # once the engine is over (closed, or no worker left), to wake the consumer.
+        self.ready = [threading.Lock() for _ in range(self.prefetch)]
+        for lock in self.ready:
+            lock.acquire()
         self.steps = [-1] * self.prefetch               # slot k holds step steps[k] (or -1)
         self.batches = [None] * self.prefetch
         self.errors = [None] * self.prefetch
@@ -105,7 +112,8 @@ class _Engine:
                         pass
             with self.lock:
                 self.alive -= len(self.threads) - k
-                self.ready.notify_all()     # a consumer waiting on no worker at all must know
+                if self.alive == 0:         # a consumer waiting on no worker at all must know
+                    self._wake_consumer()
             return
 
     # -- workers' side -----------------------------------------------------------------
@@ -138,14 +146,22 @@ class _Engine:
                 if error is not None:     # claim nothing more: the stream ends at g
                     self.failed_at = g
                     self.limit = g + 1 if self.limit is None else min(self.limit, g + 1)
-                self.ready.notify()
+                self.ready[k].release()
         if stale and batch is not None:
             batch.close()
 
     def worker_ended(self):
         with self.lock:
             self.alive -= 1
-            self.ready.notify_all()
+            if self.alive == 0:
+                self._wake_consumer()
+
+    def _wake_consumer(self):
+        """(Under the lock; the engine is over.) Release the ready lock of every empty slot,
+        so a consumer waiting on one, or arriving later, sees the end instead of waiting."""
+        for k, lock in enumerate(self.ready):
+            if self.steps[k] == -1 and lock.locked():
+                lock.release()
 
     # -- the consumer's side -------------------------------------------------------------
 
@@ -153,20 +169,21 @@ class _Engine:
         """Step g's batch, waiting for it; raises its build's exception, StopIteration once
         closed, TimeoutError after ``timeout`` seconds (None: wait while a worker lives)."""
         k = g % self.prefetch
-        deadline = None if timeout is None else time.monotonic() + timeout
+        ready = self.ready[k]
+        got = ready.acquire() if timeout is None else ready.acquire(True, timeout)
         with self.lock:
-            while self.steps[k] != g:
-                if self.closed:             # closed from another thread while we waited
+            if not got:
+                got = ready.acquire(False)      # delivered just as the wait timed out
+            if self.steps[k] != g:
+                if got:
+                    ready.release()             # the end stays visible to whoever asks next
+                if self.closed:                 # closed from another thread while we waited
                     raise StopIteration
                 if self.alive == 0:
                     raise RuntimeError(f"every worker thread ended before building step {g}")
-                if deadline is None:
-                    self.ready.wait()
-                else:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise TimeoutError(f"no batch for step {g} after {timeout} s (DataLoader timeout)")
-                    self.ready.wait(left)
+                if not got:
+                    raise TimeoutError(f"no batch for step {g} after {timeout} s (DataLoader timeout)")
+                raise RuntimeError(f"ring slot {k} holds step {self.steps[k]}, expected {g}")   # never
             batch, error = self.batches[k], self.errors[k]
             self.steps[k], self.batches[k], self.errors[k] = -1, None, None
             self.next_take = g + 1
@@ -214,6 +231,9 @@ class _Engine:
         """(Under the lock.) Discard the ring and every build in flight; stand at ``start``.
         Returns the discarded batches, for the caller to close outside the lock."""
         self.generation += 1           # builds in flight are discarded on delivery
+        for k, step in enumerate(self.steps):
+            if step != -1:
+                self.ready[k].acquire(False)    # delivered, not taken: the slot is empty again
         stale, self.batches = self.batches, [None] * self.prefetch
         self.steps = [-1] * self.prefetch
         self.errors = [None] * self.prefetch
@@ -246,7 +266,7 @@ class _Engine:
             stale, self.batches = self.batches, [None] * self.prefetch
             self.steps = [-1] * self.prefetch
             self.room.notify_all()
-            self.ready.notify_all()
+            self._wake_consumer()
         return stale
 
     def shutdown(self):
@@ -372,6 +392,8 @@ class BatchStream:
         self._engine = None
         self._workspace = None
         self._local = None                # a step the consumer builds itself (a new engine's first)
+        self._guard = threading.Lock()    # orders the consumer's taking against a close from elsewhere
+        self._taking = False              # the consumer is inside engine.take()
         self._restart(start)
 
     def _restart(self, start):
@@ -411,15 +433,24 @@ class BatchStream:
             self.close()
             raise StopIteration
         try:
-            engine = self._engine
-            if engine is None:
-                batch = self.loader._build(g, self._workspace)
-            elif g == self._local:
-                self._local = None
-                batch = self.loader._build(g, self._workspace)
-                engine.skip(g)
-            else:
-                batch = engine.take(g, self.loader.timeout)
+            with self._guard:       # against a close() from another thread (see _end)
+                if self._closed:
+                    raise StopIteration
+                engine = self._engine
+                local = engine is not None and g == self._local
+                if local:
+                    self._local = None
+                self._taking = engine is not None and not local
+            try:
+                if engine is None:
+                    batch = self.loader._build(g, self._workspace)
+                elif local:
+                    batch = self.loader._build(g, self._workspace)
+                    engine.skip(g)
+                else:
+                    batch = engine.take(g, self.loader.timeout)
+            finally:
+                self._taking = False
         except BaseException:
             self._end(failed=True)
             raise
@@ -433,11 +464,15 @@ class BatchStream:
         self._end(failed=False)
 
     def _end(self, failed):
-        self._closed = True
-        engine, self._engine = self._engine, None
+        with self._guard:
+            self._closed = True
+            engine, self._engine = self._engine, None
+            taking = self._taking
         if engine is None:
             return
-        if failed:
+        if failed or taking:
+            # A consumer waiting in take() on another thread wakes only when the engine
+            # closes: parking would leave it waiting on an engine the next stream adopts.
             engine.shutdown()
             return
         completed_pass = self._epoch_pass and self.next_g == self.stop_g

@@ -775,6 +775,41 @@ def test_a_stream_at_zero_workers_ends_the_parked_threads():
     assert_stream_is_batch_at(batches, pipe.loader(), range(3, 6), "at 0 workers")
 
 
+@pytest.mark.parametrize("persistent", [False, True])
+def test_close_from_another_thread_wakes_a_consumer_waiting_on_the_workers(persistent):
+    """§1 shutdown, no hang: a consumer waiting inside the ring for a step the workers are
+    still building, while another thread closes the stream, sees the stream end or receives
+    that step; it is not left waiting (with persistent workers the engine it waits on is not
+    parked for another stream: it is ended)."""
+    release = threading.Event()
+
+    class SlowAfterFirst(PyDataset):
+        def get_sample(self, index):
+            if index >= 4:
+                release.wait(5)
+            return self.inner.get_sample(index)
+
+    ds = om.SyntheticLineImages(16, 3, 1, 9, seed=4)
+    loader = om.DataLoader(SlowAfterFirst(ds), om.SequentialSampler(16, 4), om.ImageBatchCollator(), seed=1,
+                           workers=2, persistent_workers=persistent)
+    stream = loader.iter()
+    assert next(stream).global_step == 0          # built by the consumer; steps 1.. wait in workers
+    outcome = []
+    consumer = threading.Thread(target=lambda: outcome.append(next(stream, "ended")))
+    consumer.start()
+    time.sleep(0.2)
+    closer = threading.Thread(target=stream.close)     # joins workers still inside get_sample
+    closer.start()
+    consumer.join(3)
+    alive = consumer.is_alive()
+    release.set()
+    consumer.join(10)
+    closer.join(10)
+    assert not alive, "the consumer was left waiting after close()"
+    assert outcome == ["ended"] or outcome[0].global_step == 1, outcome
+    finish(loader)
+
+
 def test_persistent_workers_must_be_a_bool():
     """§1 arguments: persistent_workers is True or False; anything else is a TypeError naming it."""
     with pytest.raises(TypeError, match="persistent_workers"):
