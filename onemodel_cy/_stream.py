@@ -8,15 +8,22 @@ any prefetch depth, any timing, any resume point, and whether an engine was adop
 Ring discipline (§1): step ``g`` lives in slot ``g % prefetch``. Under the engine's one
 lock, a worker claims the next step ``g`` only while ``g < next_take + prefetch`` (where
 ``next_take`` is the step the consumer takes next), so two live steps never share a slot.
-Waits are on two conditions of that lock: workers wait for room, the consumer waits for
-its step. Closing notifies both, so a close takes effect at once (no polling).
+Workers wait for room on a condition of that lock. The consumer waits for its step on the
+slot's own ``ready`` lock, held while the slot is empty and released by the worker that
+fills it: one C-level acquire and release per batch on the hand-off that paces the whole
+stream, no Python-level wait. Closing (and the last worker ending) releases the ready lock
+of every empty slot and notifies the condition, so it takes effect at once (no polling).
 
-Engines outlive streams in one case: a pass of ``for batch in loader`` that runs to its
-end hands its engine back to the loader, still prefetching past the epoch's end (the
-next epoch's steps are known: they are a function of g). The next stream starting where
-it stopped adopts it, prefetched batches included; one starting elsewhere resets it
-(same threads, ring emptied, repositioned). Other streams end their threads on close;
-a bounded stream's workers end by themselves once its last step is claimed.
+Engines belong to the loader, not to one stream (``persistent_workers=True``, the
+default). A stream that closes hands its engine back to the loader, its threads parked
+(waiting on a condition: no CPU) with whatever they built for it still in the ring; the
+next stream adopts it: at the step where the engine stands it takes those batches, elsewhere
+the ring is emptied and repositioned (same threads). A pass of ``for batch in loader`` that
+runs to its end goes further: its engine keeps prefetching past the epoch's end, since the
+next epoch's steps are known (they are a function of g). A stream that ends in an error
+ends its threads. With ``persistent_workers=False`` every stream ends its threads on close,
+and a bounded stream's workers end by themselves once its last step is claimed.
+``loader.close()`` (or leaving ``with loader:``) and collecting the loader end them all.
 
 Start-up: a stream that needs new threads does not wait for them to start (a bare helper
 thread starts the first worker, each worker the next) and builds its first step on the
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import _thread
 import atexit
+import sys
 import threading
 import time
 import warnings
@@ -54,18 +62,24 @@ class _Engine:
 
     def __init__(self, loader, workers, start, limit, local_first=False):
         self.owner = weakref.ref(loader)
+        self.persistent = loader.persistent_workers   # park at the limit instead of ending
         self.prefetch = loader.prefetch
         self.workers = workers
         # Reentrant: the cycle collector may run a loader's __del__ (which closes this
         # engine) on a worker thread that holds the lock.
         self.lock = threading.RLock()
         self.room = threading.Condition(self.lock)      # workers wait here for a claimable step
-        self.ready = threading.Condition(self.lock)     # the consumer waits here for its step
+        # Slot k's ready lock is released exactly while the slot holds a delivered step, or
+        # once the engine is over (closed, or no worker left), to wake the consumer.
+        self.ready = [threading.Lock() for _ in range(self.prefetch)]
+        for lock in self.ready:
+            lock.acquire()
         self.steps = [-1] * self.prefetch               # slot k holds step steps[k] (or -1)
         self.batches = [None] * self.prefetch
         self.errors = [None] * self.prefetch
         self.next_take = start
         self.next_claim = start + 1 if local_first else start   # the consumer builds `start` itself
+        self.local_claim = start if local_first else None        # a step claimed for the consumer
         self.limit = limit            # claim nothing at or beyond (None: endless)
         self.failed_at = None         # the step whose build raised, if any
         self.generation = 0           # bumped by reset: builds of an older one are discarded
@@ -98,22 +112,24 @@ class _Engine:
                         pass
             with self.lock:
                 self.alive -= len(self.threads) - k
-                self.ready.notify_all()     # a consumer waiting on no worker at all must know
+                if self.alive == 0:         # a consumer waiting on no worker at all must know
+                    self._wake_consumer()
             return
 
     # -- workers' side -----------------------------------------------------------------
 
     def claim(self):
-        """The next step to build and the generation it belongs to; None once closed, or
-        once a bounded stream's steps are all claimed (an engine that keeps prefetching
-        has no bound; one whose build failed waits for its close)."""
+        """The next step to build and the generation it belongs to; None once closed, or,
+        for an engine that is not persistent, once a bounded stream's steps are all claimed
+        (a persistent engine parks there until the next stream moves its limit; one whose
+        build failed waits for its close)."""
         with self.lock:
             while True:
                 if self.closed:
                     return None
                 g = self.next_claim
                 if self.limit is not None and g >= self.limit:
-                    if self.failed_at is None:
+                    if self.failed_at is None and not self.persistent:
                         return None     # the stream's last step is claimed: end now, so close joins at once
                 elif g < self.next_take + self.prefetch:
                     self.next_claim = g + 1
@@ -130,14 +146,22 @@ class _Engine:
                 if error is not None:     # claim nothing more: the stream ends at g
                     self.failed_at = g
                     self.limit = g + 1 if self.limit is None else min(self.limit, g + 1)
-                self.ready.notify()
+                self.ready[k].release()
         if stale and batch is not None:
             batch.close()
 
     def worker_ended(self):
         with self.lock:
             self.alive -= 1
-            self.ready.notify_all()
+            if self.alive == 0:
+                self._wake_consumer()
+
+    def _wake_consumer(self):
+        """(Under the lock; the engine is over.) Release the ready lock of every empty slot,
+        so a consumer waiting on one, or arriving later, sees the end instead of waiting."""
+        for k, lock in enumerate(self.ready):
+            if self.steps[k] == -1 and lock.locked():
+                lock.release()
 
     # -- the consumer's side -------------------------------------------------------------
 
@@ -145,20 +169,21 @@ class _Engine:
         """Step g's batch, waiting for it; raises its build's exception, StopIteration once
         closed, TimeoutError after ``timeout`` seconds (None: wait while a worker lives)."""
         k = g % self.prefetch
-        deadline = None if timeout is None else time.monotonic() + timeout
+        ready = self.ready[k]
+        got = ready.acquire() if timeout is None else ready.acquire(True, timeout)
         with self.lock:
-            while self.steps[k] != g:
-                if self.closed:             # closed from another thread while we waited
+            if not got:
+                got = ready.acquire(False)      # delivered just as the wait timed out
+            if self.steps[k] != g:
+                if got:
+                    ready.release()             # the end stays visible to whoever asks next
+                if self.closed:                 # closed from another thread while we waited
                     raise StopIteration
                 if self.alive == 0:
                     raise RuntimeError(f"every worker thread ended before building step {g}")
-                if deadline is None:
-                    self.ready.wait()
-                else:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise TimeoutError(f"no batch for step {g} after {timeout} s (DataLoader timeout)")
-                    self.ready.wait(left)
+                if not got:
+                    raise TimeoutError(f"no batch for step {g} after {timeout} s (DataLoader timeout)")
+                raise RuntimeError(f"ring slot {k} holds step {self.steps[k]}, expected {g}")   # never
             batch, error = self.batches[k], self.errors[k]
             self.steps[k], self.batches[k], self.errors[k] = -1, None, None
             self.next_take = g + 1
@@ -168,10 +193,13 @@ class _Engine:
         return batch
 
     def skip(self, g):
-        """The consumer built step g itself: move the window on."""
+        """The consumer built step g, claimed for it, itself: move the window on. (Nothing,
+        when that claim is gone: the stream was closed meanwhile from another thread.)"""
         with self.lock:
-            self.next_take = g + 1
-            self.room.notify()
+            if self.local_claim == g:
+                self.local_claim = None
+                self.next_take = g + 1
+                self.room.notify()
 
     def fits(self, workers, prefetch):
         with self.lock:
@@ -180,19 +208,54 @@ class _Engine:
 
     def reposition(self, start, limit):
         """Serve a stream of steps [start, limit): adopt the ring as it stands when it is
-        already at ``start`` (its prefetched batches included), else empty it and move it."""
+        already at ``start`` (its prefetched batches included), else empty it and move it.
+
+        Returns True when no worker has claimed ``start`` yet: it is then the consumer's to
+        build (claimed for it here), so the stream's first batch waits for no worker."""
         with self.lock:
             stale = []
             if start != self.next_take:
-                self.generation += 1           # builds in flight are discarded on delivery
-                stale, self.batches = self.batches, [None] * self.prefetch
-                self.steps = [-1] * self.prefetch
-                self.errors = [None] * self.prefetch
-                self.next_claim = self.next_take = start
-                self.failed_at = None
+                stale = self._empty(start)
+            local = self.next_claim == start and self.failed_at is None
+            if local:
+                self.next_claim = start + 1
+                self.local_claim = start
             self.limit = limit
             if self.failed_at is not None:     # a pending error still ends the stream at its step
                 self.limit = self.failed_at + 1 if limit is None else min(limit, self.failed_at + 1)
+            self.room.notify_all()
+        _close_all(stale)
+        return local
+
+    def _empty(self, start):
+        """(Under the lock.) Discard the ring and every build in flight; stand at ``start``.
+        Returns the discarded batches, for the caller to close outside the lock."""
+        self.generation += 1           # builds in flight are discarded on delivery
+        for k, step in enumerate(self.steps):
+            if step != -1:
+                self.ready[k].acquire(False)    # delivered, not taken: the slot is empty again
+        stale, self.batches = self.batches, [None] * self.prefetch
+        self.steps = [-1] * self.prefetch
+        self.errors = [None] * self.prefetch
+        self.next_claim = self.next_take = start
+        self.local_claim = None
+        self.failed_at = None
+        return stale
+
+    def park(self, next_g, keep_prefetching):
+        """The stream this engine served closed at ``next_g``: keep what the ring holds for a
+        stream resuming there. A completed epoch pass goes on prefetching; any other stream's
+        workers claim nothing more (its caller bounded it). A step claimed for the consumer
+        but not delivered (never built, or closed from another thread while it was built)
+        would leave a hole that no worker fills: then the ring starts afresh at ``next_g``."""
+        with self.lock:
+            stale = []
+            if self.local_claim is not None or next_g != self.next_take:
+                stale = self._empty(next_g)
+            if keep_prefetching:
+                self.limit = None if self.failed_at is None else self.failed_at + 1
+            elif self.failed_at is None:
+                self.limit = self.next_claim
             self.room.notify_all()
         _close_all(stale)
 
@@ -203,7 +266,7 @@ class _Engine:
             stale, self.batches = self.batches, [None] * self.prefetch
             self.steps = [-1] * self.prefetch
             self.room.notify_all()
-            self.ready.notify_all()
+            self._wake_consumer()
         return stale
 
     def shutdown(self):
@@ -212,7 +275,9 @@ class _Engine:
         worker may hold the lock the others need to end."""
         _close_all(self.signal_close())
         current = threading.current_thread()
-        if current in self.threads:
+        if current in self.threads or sys.is_finalizing():
+            # At interpreter exit (a parked engine collected with its loader) other threads
+            # no longer run: joining them, or taking a lock one of them holds, would hang.
             return
         with self.start_lock:   # a start in progress completes; none follows (closed is set)
             pass
@@ -265,37 +330,42 @@ _handover = threading.Lock()     # guards every loader's ``_idle_engine``
 
 
 def acquire_engine(loader, workers, start, limit):
-    """An engine for a stream of steps [start, limit) and whether it is new: the loader's
-    idle one (adopted, or reset when it stands elsewhere), else a new one, whose first
-    step the consumer builds itself while the threads start."""
+    """An engine for a stream of steps [start, limit), and whether the consumer builds
+    ``start`` itself: the loader's idle engine (adopted, or reset when it stands
+    elsewhere), else a new one, whose first step the consumer builds while its threads start."""
     with _handover:
         engine, loader._idle_engine = loader._idle_engine, None
     if engine is not None:
         if engine.fits(workers, loader.prefetch):
-            engine.reposition(start, limit)
-            return engine, False
+            return engine, engine.reposition(start, limit)
         engine.shutdown()
     return _Engine(loader, workers, start, limit, local_first=True), True
 
 
-def release_engine(loader, engine):
-    """Keep ``engine`` idle in the loader (prefetching on), or end it if the loader has one."""
+def release_engine(loader, engine, next_g, completed_pass):
+    """Park ``engine`` in the loader for the next stream (see ``_Engine.park``), or end it:
+    when it is not persistent, when the loader already keeps one, or when it no longer fits
+    the loader's settings."""
     with _handover:
-        if loader._idle_engine is None and engine.fits(engine.workers, loader.prefetch):
-            with engine.lock:
-                engine.limit = None if engine.failed_at is None else engine.failed_at + 1
-                engine.room.notify_all()
+        if (engine.persistent and loader._idle_engine is None
+                and engine.fits(engine.workers, loader.prefetch)):
+            engine.park(next_g, keep_prefetching=completed_pass)
             loader._idle_engine = engine
             return
     engine.shutdown()
 
 
-def close_engines(loader):
-    """End every engine of ``loader``: the idle one and those of its open streams."""
+def discard_idle_engine(loader):
+    """End the engine ``loader`` keeps parked, if any."""
     with _handover:
         idle, loader._idle_engine = loader._idle_engine, None
     if idle is not None:
         idle.shutdown()
+
+
+def close_engines(loader):
+    """End every engine of ``loader``: the idle one and those of its open streams."""
+    discard_idle_engine(loader)
     for engine in list(_live_engines):
         if engine.owner() is loader:
             engine.shutdown()
@@ -305,21 +375,25 @@ class BatchStream:
     """Batches of global steps ``[start_g, stop_g)`` in order; an iterator and a context manager.
 
     ``next_g`` is the global step the next ``next()`` returns: pass it to
-    ``loader.iter(start_g=...)`` to resume. ``close()`` (also on leaving ``with``, or
-    when the stream is dropped) ends every worker thread of the stream. (The one exception
-    is a completed pass of ``for batch in loader``: its workers stay with the loader for the
-    next pass, until ``loader.close()`` or until the loader is collected.)
+    ``loader.iter(start_g=...)`` to resume. ``close()`` (also on leaving ``with``, or when
+    the stream is dropped) gives its worker threads back to the loader, parked for the next
+    stream, which starts at once on them (``persistent_workers=True``, the default); with
+    ``persistent_workers=False``, or after an error, it ends and joins them. The loader's
+    threads end with ``loader.close()``, on leaving ``with loader:``, or when the loader is
+    collected.
     """
 
-    def __init__(self, loader, start_g=0, stop_g=None, *, _persistent=False):
+    def __init__(self, loader, start_g=0, stop_g=None, *, _epoch_pass=False):
         self.loader = loader
         start = check_integer(start_g, "start_g", 0)
         stop = None if stop_g is None else check_integer(stop_g, "stop_g", start)
         self.stop_g = stop
-        self._persistent = _persistent    # a pass of `for batch in loader`: keep the engine after it
+        self._epoch_pass = _epoch_pass    # a pass of `for batch in loader`: prefetch on past its end
         self._engine = None
         self._workspace = None
         self._local = None                # a step the consumer builds itself (a new engine's first)
+        self._guard = threading.Lock()    # orders the consumer's taking against a close from elsewhere
+        self._taking = False              # the consumer is inside engine.take()
         self._restart(start)
 
     def _restart(self, start):
@@ -332,20 +406,23 @@ class BatchStream:
         workers = self.loader._stream_workers()
         if workers == 0:
             self._engine = self._local = None
+            discard_idle_engine(self.loader)     # no threads are wanted: end parked ones
             return
         # A pass of `for batch in loader` prefetches past its end: the next pass adopts those.
-        limit = None if self._persistent else self.stop_g
+        limit = None if self._epoch_pass and self.loader.persistent_workers else self.stop_g
         engine = self._engine
         if engine is not None and engine.fits(workers, self.loader.prefetch):
-            engine.reposition(start, limit)
+            if engine.reposition(start, limit):
+                self._local = start
         else:
             self._engine = None
             if engine is not None:
                 engine.shutdown()
-            self._engine, fresh = acquire_engine(self.loader, workers, start, limit)
+            self._engine, local = acquire_engine(self.loader, workers, start, limit)
             # New threads take a while to start (and the first of them to build its first
-            # batch): the consumer builds that first step in the meantime.
-            self._local = start if fresh else None
+            # batch), a parked engine has nothing built at a new position: the consumer
+            # builds that first step in the meantime.
+            self._local = start if local else None
 
     def __iter__(self):
         return self
@@ -356,32 +433,51 @@ class BatchStream:
             self.close()
             raise StopIteration
         try:
-            engine = self._engine
-            if engine is None:
-                batch = self.loader._build(g, self._workspace)
-            elif g == self._local:
-                self._local = None
-                batch = self.loader._build(g, self._workspace)
-                engine.skip(g)
-            else:
-                batch = engine.take(g, self.loader.timeout)
+            with self._guard:       # against a close() from another thread (see _end)
+                if self._closed:
+                    raise StopIteration
+                engine = self._engine
+                local = engine is not None and g == self._local
+                if local:
+                    self._local = None
+                self._taking = engine is not None and not local
+            try:
+                if engine is None:
+                    batch = self.loader._build(g, self._workspace)
+                elif local:
+                    batch = self.loader._build(g, self._workspace)
+                    engine.skip(g)
+                else:
+                    batch = engine.take(g, self.loader.timeout)
+            finally:
+                self._taking = False
         except BaseException:
-            self.close()
+            self._end(failed=True)
             raise
         self.next_g = g + 1
         return batch
 
     def close(self):
-        """Stop the stream: end and join its worker threads (idempotent). A completed pass of
-        ``for batch in loader`` hands them to the loader instead."""
-        self._closed = True
-        engine, self._engine = self._engine, None
+        """Stop the stream (idempotent). Its worker threads go back to the loader, parked
+        for the next stream (``persistent_workers=True``, the default), or end and are joined
+        (``persistent_workers=False``, or when the stream ended in an error)."""
+        self._end(failed=False)
+
+    def _end(self, failed):
+        with self._guard:
+            self._closed = True
+            engine, self._engine = self._engine, None
+            taking = self._taking
         if engine is None:
             return
-        if self._persistent and self.next_g == self.stop_g:
-            release_engine(self.loader, engine)
-        else:
+        if failed or taking:
+            # A consumer waiting in take() on another thread wakes only when the engine
+            # closes: parking would leave it waiting on an engine the next stream adopts.
             engine.shutdown()
+            return
+        completed_pass = self._epoch_pass and self.next_g == self.stop_g
+        release_engine(self.loader, engine, self.next_g, completed_pass)
+        self._local = None
 
     @property
     def closed(self) -> bool:

@@ -64,27 +64,34 @@ class DataLoader:
     timeout : float, optional
         With workers, the longest wait for one batch before ``TimeoutError`` (as in
         PyTorch's ``DataLoader``); by default the consumer waits while a worker is alive.
+    persistent_workers : bool, default True
+        Worker threads belong to the loader: a stream that closes parks them for the next
+        one, which then starts without starting threads (PyTorch's option of the same name,
+        here the default and for every stream). False: each stream starts its own threads
+        and ends them when it closes.
 
     Notes
     -----
     ``dataset``, ``sampler``, ``collator``, ``seed``, ``transform``, ``rank`` and
     ``world_size`` are read-only: the batches are a function of them. ``workers``,
-    ``prefetch`` and ``timeout`` may be changed between streams. A stream closed from
+    ``prefetch``, ``timeout`` and ``persistent_workers`` may be changed between streams.
+    A stream closed from
     another thread (``stream.close()``, ``loader.close()``) ends as if it had run out:
     the loop over it stops without an error; compare ``stream.next_g`` with the step you
     expected to tell the two apart.
 
-    With workers, ``for batch in loader`` keeps its worker threads between passes (as
-    PyTorch's ``persistent_workers=True``) and they go on prefetching the next epoch's
-    first steps, so an epoch boundary costs nothing. Those threads live until
-    ``close()`` (or leaving ``with loader:``), or until the loader is collected. Streams
-    from ``iter()`` end their own threads when closed.
+    With workers (and ``persistent_workers``), the threads live until ``close()`` (or
+    leaving ``with loader:``), or until the loader is collected; between streams they wait
+    without using the CPU. A pass of ``for batch in loader`` that ends goes on prefetching
+    the next epoch's first steps, so an epoch boundary costs nothing; a stream from
+    ``iter()`` that closes builds nothing more, and one resuming where it stopped takes
+    what was built for it. A stream ending in an error ends its threads.
     """
 
     _idle_engine = None     # the worker engine a completed `for batch in loader` pass left behind
 
     def __init__(self, dataset, sampler, collator, *, seed, workers=0, prefetch=2, transform=None,
-                 rank=0, world_size=1, timeout=None):
+                 rank=0, world_size=1, timeout=None, persistent_workers=True):
         if not callable(getattr(dataset, "get_sample", None)) or not hasattr(dataset, "__len__"):
             raise TypeError(f"dataset must provide __len__ and get_sample(index), received "
                             f"{type(dataset).__name__}")
@@ -115,6 +122,9 @@ class DataLoader:
         if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
             raise ValueError(f"timeout must be a positive number of seconds or None, received {timeout!r}")
         self.timeout = timeout
+        if not isinstance(persistent_workers, bool):
+            raise TypeError(f"persistent_workers must be True or False, received {persistent_workers!r}")
+        self.persistent_workers = persistent_workers
         share = batch_size // self.world_size
         self._slots = (self.rank * share, (self.rank + 1) * share)
         # A short last batch (drop_last=False) is shared by slot range as it stands. If the
@@ -192,7 +202,7 @@ class DataLoader:
         """
         epoch = self.epoch
         S = self.steps_per_epoch
-        stream = BatchStream(self, epoch * S, (epoch + 1) * S, _persistent=True)
+        stream = BatchStream(self, epoch * S, (epoch + 1) * S, _epoch_pass=True)
         try:
             yield from stream
         finally:
@@ -247,4 +257,4 @@ class DataLoader:
         return (f"DataLoader(dataset={self.dataset!r}, sampler={self.sampler!r}, collator={self.collator!r}, "
                 f"seed={self.seed}, workers={self.workers}, prefetch={self.prefetch}, "
                 f"transform={self.transform!r}, rank={self.rank}, world_size={self.world_size}, "
-                f"timeout={self.timeout})")
+                f"timeout={self.timeout}, persistent_workers={self.persistent_workers})")

@@ -10,7 +10,9 @@ It offers:
   stream on a helper thread and fail after ``STALL`` seconds without a batch;
 * byte comparisons: ``assert_same``, ``assert_meta``, ``assert_stream_is_batch_at``,
   ``assert_ranks_compose``;
-* worker-thread checks: ``live_workers``, ``assert_no_workers``, ``wait_for_workers`` and
+* worker-thread checks: ``live_workers``, ``assert_no_workers``, ``assert_parked``,
+  ``finish`` (the end-of-test check for either ``persistent_workers`` mode),
+  ``wait_for_workers`` and
   the autouse fixture ``_guard`` (a test module enables it by importing it), which fails a
   test that leaves worker threads behind and dumps stacks if a test hangs outright;
 * instrumented datasets and builds: ``SleepyDataset`` (random read times),
@@ -51,6 +53,7 @@ STALL = 6.0                      # seconds without a batch that count as a hang
 SAFETY_NET = 150                 # seconds: a test stuck outside drain() dumps its stacks and exits
 
 WORKERS = st.sampled_from([0, 1, 2, 4, 8])
+PERSISTENT = st.booleans()       # DataLoader(persistent_workers=...)
 PREFETCH = st.integers(1, 8)
 SEEDS = st.one_of(st.integers(0, M64), st.sampled_from([0, 1, M64, -1]))
 _EXAMPLES = settings.default.max_examples
@@ -74,6 +77,43 @@ def live_workers():
 def assert_no_workers(what="after close"):
     alive = live_workers()
     assert not alive, f"{what}: worker threads still running: {[t.name for t in alive]}"
+
+
+def assert_parked(loader, what="after close"):
+    """Every live worker thread is one of ``loader``'s parked engine, waiting for a step to
+    claim (inside ``claim``'s condition wait: no build in progress, no CPU used)."""
+    engine = loader._idle_engine
+    alive = live_workers()
+    if engine is None:
+        assert not alive, f"{what}: workers run but the loader keeps none: {[t.name for t in alive]}"
+        return
+    mine = {t.ident for t in engine.threads}
+    assert {t.ident for t in alive} <= mine, f"{what}: workers of no parked engine: {[t.name for t in alive]}"
+    deadline = time.monotonic() + STALL
+    while True:     # a build started before the park may still be finishing
+        frames = sys._current_frames()
+        busy = [t.name for t in alive if t.ident in frames and not _waits_in_claim(frames[t.ident])]
+        if not busy:
+            return
+        assert time.monotonic() < deadline, f"{what}: parked workers still busy after {STALL} s: {busy}"
+        time.sleep(0.005)
+
+
+def _waits_in_claim(frame):
+    names = []
+    while frame is not None:
+        names.append(frame.f_code.co_name)
+        frame = frame.f_back
+    return "claim" in names and "wait" in names
+
+
+def finish(loader, what="after close"):
+    """End of a test's streams: with ``persistent_workers`` the workers are parked in the
+    loader and ``loader.close()`` ends them; without, none is left already."""
+    if loader.persistent_workers:
+        assert_parked(loader, what)
+        loader.close()
+    assert_no_workers(what)
 
 
 @pytest.fixture(autouse=True)

@@ -34,20 +34,21 @@ from harness import _guard  # noqa: F401  (autouse: no worker thread may outlive
 from harness import (
     M64, NO_SHRINK, PREFETCH, ROOT, WORKER_PREFIX, WORKERS, DatasetBroke, FailingDataset, Pipe,
     PyDataset, RecordingBuilds, RingProbe, SleepyDataset, _failing_case, _small_loader,
-    _worker_idents, assert_meta, assert_no_workers, assert_ranks_compose, assert_same,
+    PERSISTENT, _worker_idents, assert_meta, assert_no_workers, assert_parked, assert_ranks_compose, assert_same,
+    finish,
     assert_stream_is_batch_at, drain, drain_ok, examples, live_workers, pipes, wait_for_workers)
 
 
 # --------------------------------------------------------------------------- the pure function
 
-@given(pipe=pipes(), workers=WORKERS, prefetch=PREFETCH, data=st.data())
-def test_stream_equals_batch_at_and_reference(pipe, workers, prefetch, data):
+@given(pipe=pipes(), workers=WORKERS, prefetch=PREFETCH, persistent=PERSISTENT, data=st.data())
+def test_stream_equals_batch_at_and_reference(pipe, workers, prefetch, persistent, data):
     """§1 (the pure function), D12, D17: whatever the worker count and prefetch depth, with
-    any sampler, transform or augmentation, on the fast and the generic dataset path, each step
-    of the stream carries exactly the bytes of that step built on its own (batch_at) and the
-    oracle's bytes; only the seed and g decide them. Steps arrive in order, with epoch = g div S
-    and step = g mod S."""
-    loader = pipe.loader(workers=workers, prefetch=prefetch)
+    any sampler, transform or augmentation, on the fast and the generic dataset path, with
+    workers kept by the loader or not, each step of the stream carries exactly the bytes of
+    that step built on its own (batch_at) and the oracle's bytes; only the seed and g decide
+    them. Steps arrive in order, with epoch = g div S and step = g mod S."""
+    loader = pipe.loader(workers=workers, prefetch=prefetch, persistent_workers=persistent)
     S = loader.steps_per_epoch
     start = data.draw(st.integers(0, 2 * S), label="start")
     length = data.draw(st.integers(1, 16), label="length")
@@ -60,7 +61,7 @@ def test_stream_equals_batch_at_and_reference(pipe, workers, prefetch, data):
     assert_stream_is_batch_at(batches, loader, steps, f"{workers} workers, prefetch {prefetch}")
     for g in data.draw(st.lists(st.sampled_from(steps), min_size=1, max_size=2, unique=True), label="ref"):
         assert_same(batches[g - start], pipe.ref_batch(g), f"step {g} vs reference.batch")
-    assert_no_workers()
+    finish(loader)
 
 
 @settings(max_examples=examples(0.5))
@@ -293,10 +294,10 @@ def test_ring_window_and_slots(workers, prefetch):
 @settings(max_examples=examples(0.5))
 @given(pipe=pipes(transform=False), prefetch=PREFETCH, data=st.data())
 def test_close_mid_stream_ends_every_worker(pipe, prefetch, data):
-    """Concern: worker threads end (no leak). close() at any point, while 8 workers are busy
-    filling the window, ends and joins every worker thread; the stream is then over, and a
-    second close() does no harm."""
-    loader = pipe.loader(workers=8, prefetch=prefetch)
+    """Concern: worker threads end (no leak). Without persistent workers, close() at any
+    point, while 8 workers are busy filling the window, ends and joins every worker thread;
+    the stream is then over, and a second close() does no harm."""
+    loader = pipe.loader(workers=8, prefetch=prefetch, persistent_workers=False)
     start = data.draw(st.integers(0, 2 * loader.steps_per_epoch), label="start")
     taken = data.draw(st.integers(0, 20), label="taken")
     stream = loader.iter(start)
@@ -311,9 +312,9 @@ def test_close_mid_stream_ends_every_worker(pipe, prefetch, data):
 
 
 def test_break_inside_with_ends_the_workers():
-    """Concern: worker threads end (no leak). Leaving a `with loader.iter()` block by `break`
-    closes the stream and its workers."""
-    loader = Pipe().loader(workers=8, prefetch=4)
+    """Concern: worker threads end (no leak). Without persistent workers, leaving a
+    `with loader.iter()` block by `break` closes the stream and its workers."""
+    loader = Pipe().loader(workers=8, prefetch=4, persistent_workers=False)
     with loader.iter() as stream:
         for batch in stream:
             if batch.global_step == 5:
@@ -324,10 +325,10 @@ def test_break_inside_with_ends_the_workers():
 
 
 def test_dropped_stream_ends_its_workers():
-    """Concern: worker threads end (no leak). A stream dropped without close() (and collected)
-    takes its worker threads with it; so does leaving a bare `for` loop over loader.iter() or
-    over the loader by `break`."""
-    loader = Pipe().loader(workers=8, prefetch=3)
+    """Concern: worker threads end (no leak). Without persistent workers, a stream dropped
+    without close() (and collected) takes its worker threads with it; so does leaving a bare
+    `for` loop over loader.iter() or over the loader by `break`."""
+    loader = Pipe().loader(workers=8, prefetch=3, persistent_workers=False)
     stream = loader.iter(7)
     next(stream), next(stream)
     assert live_workers()
@@ -351,12 +352,12 @@ def test_dropped_stream_ends_its_workers():
 
 
 def test_stress_many_short_streams_closed_at_random_points():
-    """§1, Concern: worker threads end (no leak), under stress. Thousands of small steps with 8
-    workers, closed at random points, finish quickly, leave no thread behind and never mix up a
-    batch."""
+    """§1, Concern: worker threads end (no leak), under stress. Without persistent workers,
+    thousands of small steps with 8 workers, closed at random points, finish quickly, leave no
+    thread behind and never mix up a batch."""
     rng = random.Random(20261130)
     pipe = Pipe(count=64, batch_size=2, sampler="shuffled")
-    loader = pipe.loader(workers=8, prefetch=8)
+    loader = pipe.loader(workers=8, prefetch=8, persistent_workers=False)
     check = pipe.loader()
     t0 = time.monotonic()
     total = 0
@@ -529,9 +530,12 @@ def test_iterating_the_loader_gives_one_epoch_per_pass(workers):
 # --------------------------------------------------------------------------- review findings
 
 
-def test_close_from_another_thread_ends_a_waiting_consumer():
-    """§1 shutdown: a consumer blocked waiting for a batch while another thread closes the
-    stream sees the stream end (StopIteration), not a spurious error, and no worker remains."""
+@pytest.mark.parametrize("persistent", [False, True])
+def test_close_from_another_thread_ends_a_waiting_consumer(persistent):
+    """§1 shutdown: a consumer blocked waiting for a batch (or building its first one) while
+    another thread closes the stream sees the stream end (StopIteration) or receives that
+    batch, not a spurious error; no worker remains (or, with persistent workers, they are
+    parked, a next stream there is served, and loader.close() ends them)."""
     release = threading.Event()
 
     class Slow(PyDataset):
@@ -540,7 +544,8 @@ def test_close_from_another_thread_ends_a_waiting_consumer():
             return self.inner.get_sample(index)
 
     ds = om.SyntheticLineImages(16, 3, 1, 9, seed=4)
-    loader = om.DataLoader(Slow(ds), om.SequentialSampler(16, 4), om.ImageBatchCollator(), seed=1, workers=2)
+    loader = om.DataLoader(Slow(ds), om.SequentialSampler(16, 4), om.ImageBatchCollator(), seed=1, workers=2,
+                           persistent_workers=persistent)
     stream = loader.iter()
     outcome = []
     consumer = threading.Thread(target=lambda: outcome.append(next(stream, "ended")))
@@ -552,6 +557,11 @@ def test_close_from_another_thread_ends_a_waiting_consumer():
     consumer.join(10)
     closer.join(10)
     assert outcome == ["ended"] or isinstance(outcome[0], om.ImageBatch)
+    if persistent:
+        with loader.iter(0, 2) as again:
+            batches, error = drain(again, stall=3.0)
+        assert error is None and [b.global_step for b in batches] == [0, 1], (batches, error)
+        finish(loader)
     assert not [t for t in threading.enumerate() if t.name.startswith("onemodel_cy-worker")]
 
 
@@ -645,6 +655,166 @@ def test_no_pool_miss_once_the_widest_batch_was_seen(widths, batch, workers, pre
 # --------------------------------------------------------------------------- epochs: a persistent engine
 
 
+
+# --------------------------------------------------------------------------- persistent workers: parked between streams
+
+@settings(max_examples=examples(0.5))
+@given(pipe=pipes(transform=False), workers=st.sampled_from([1, 2, 4]), prefetch=PREFETCH, data=st.data())
+def test_a_closed_stream_parks_its_workers_for_the_next(pipe, workers, prefetch, data):
+    """§1 with persistent workers (the default): closing a stream from iter() at any point
+    parks its threads in the loader (waiting, no build in progress); the next stream, at the
+    step where it stopped or anywhere else, runs on those same threads and yields exactly
+    batch_at's bytes; loader.close() ends them."""
+    loader = pipe.loader(workers=workers, prefetch=prefetch)
+    check = pipe.loader()
+    start = data.draw(st.integers(0, 2 * loader.steps_per_epoch), label="start")
+    taken = data.draw(st.integers(0, 12), label="taken")
+    elsewhere = data.draw(st.integers(0, 3 * loader.steps_per_epoch), label="elsewhere")
+    stream = loader.iter(start)
+    batches = drain_ok(stream, taken)
+    stream.close()
+    assert_parked(loader, "after close")
+    engine = loader._idle_engine
+    assert engine is not None and len(engine.threads) == workers
+    for at in (start + taken, elsewhere):
+        with loader.iter(at, at + 5) as again:
+            more = drain_ok(again)
+        assert_stream_is_batch_at(more, check, range(at, at + 5), f"stream at {at} on parked workers")
+        assert_parked(loader, f"after the stream at {at}")
+        assert loader._idle_engine is engine, "the parked engine (and its threads) was not reused"
+    assert_stream_is_batch_at(batches, check, range(start, start + taken), "before close")
+    finish(loader)
+
+
+def test_short_fresh_streams_start_no_threads():
+    """§1 start-up with persistent workers: a training loop that opens many short streams one
+    after the other (evaluation, resumes) starts the worker threads once; every later stream
+    runs on them. Breaking out of a stream, dropping it, or breaking out of a pass over the
+    loader parks them too; dropping the loader ends them."""
+    pipe = Pipe(count=40, batch_size=2, sampler="shuffled")
+    loader = pipe.loader(workers=3, prefetch=3)
+    check = pipe.loader()
+    with loader.iter(0, 4) as stream:
+        drain_ok(stream)
+    idents = wait_for_workers(3)
+    g = 4
+    for k in (1, 2, 7, 3):
+        with loader.iter(g, g + k) as stream:
+            assert_stream_is_batch_at(drain_ok(stream), check, range(g, g + k), f"stream at {g}")
+        assert _worker_idents() == idents, f"the stream at {g} started threads"
+        g += k
+    stream = loader.iter(g)
+    next(stream)
+    del stream
+    gc.collect()
+    assert_parked(loader, "after dropping a stream")
+    for batch in loader:
+        if batch.step == 1:
+            break
+    del batch
+    gc.collect()
+    assert_parked(loader, "after breaking out of a pass")
+    assert _worker_idents() == idents
+    del loader
+    gc.collect()
+    assert_no_workers("after dropping the loader")
+
+
+def test_a_stream_closed_before_its_first_batch_leaves_no_hole():
+    """§1 no hang: a stream on parked workers whose first step the consumer would build
+    itself, closed before asking for it, does not leave that step unclaimed: the next stream
+    there receives it (with batch_at's bytes) instead of waiting for ever."""
+    pipe = Pipe(count=24, batch_size=2)
+    loader = pipe.loader(workers=2, prefetch=2)
+    check = pipe.loader()
+    for at in (0, 5, 5, 9):
+        loader.iter(at, at + 3).close()
+        with loader.iter(at, at + 3) as stream:
+            batches, error = drain(stream, stall=3.0)
+        assert error is None, error
+        assert_stream_is_batch_at(batches, check, range(at, at + 3), f"stream at {at}")
+    finish(loader)
+
+
+def test_stress_many_short_streams_on_parked_workers():
+    """§1, Concern: no thread pile-up, under stress. With persistent workers, streams started
+    and closed at random points, with the prefetch depth changing between them, never leave
+    more than one engine's threads alive (a prefetch change ends the parked engine) and never
+    mix up a batch."""
+    rng = random.Random(20261201)
+    pipe = Pipe(count=64, batch_size=2, sampler="shuffled")
+    loader = pipe.loader(workers=8, prefetch=8)
+    check = pipe.loader()
+    for round_ in range(30):
+        loader.prefetch = rng.choice([1, 2, 3, 8])
+        start = rng.randrange(0, 200)
+        stream = loader.iter(start)
+        batches = drain_ok(stream, rng.randrange(0, 100))
+        stream.close()
+        assert_parked(loader, f"round {round_}")
+        assert len(live_workers()) <= 8, f"round {round_}: {len(live_workers())} worker threads"
+        assert [b.global_step for b in batches] == list(range(start, start + len(batches)))
+        for b in batches[::37]:
+            assert_same(b, check.batch_at(b.global_step), f"round {round_}, step {b.global_step}")
+    finish(loader)
+
+
+def test_a_stream_at_zero_workers_ends_the_parked_threads():
+    """§1 worker count: workers may change between streams; a stream run at 0 workers (the
+    consumer builds every step) ends the threads a previous stream parked, and yields
+    batch_at's bytes."""
+    pipe = Pipe(count=24, batch_size=2)
+    loader = pipe.loader(workers=2, prefetch=2)
+    with loader.iter(0, 3) as stream:
+        drain_ok(stream)
+    assert_parked(loader)
+    loader.workers = 0
+    with loader.iter(3, 6) as stream:
+        batches = drain_ok(stream)
+    assert_no_workers("after a stream at 0 workers")
+    assert_stream_is_batch_at(batches, pipe.loader(), range(3, 6), "at 0 workers")
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_close_from_another_thread_wakes_a_consumer_waiting_on_the_workers(persistent):
+    """§1 shutdown, no hang: a consumer waiting inside the ring for a step the workers are
+    still building, while another thread closes the stream, sees the stream end or receives
+    that step; it is not left waiting (with persistent workers the engine it waits on is not
+    parked for another stream: it is ended)."""
+    release = threading.Event()
+
+    class SlowAfterFirst(PyDataset):
+        def get_sample(self, index):
+            if index >= 4:
+                release.wait(5)
+            return self.inner.get_sample(index)
+
+    ds = om.SyntheticLineImages(16, 3, 1, 9, seed=4)
+    loader = om.DataLoader(SlowAfterFirst(ds), om.SequentialSampler(16, 4), om.ImageBatchCollator(), seed=1,
+                           workers=2, persistent_workers=persistent)
+    stream = loader.iter()
+    assert next(stream).global_step == 0          # built by the consumer; steps 1.. wait in workers
+    outcome = []
+    consumer = threading.Thread(target=lambda: outcome.append(next(stream, "ended")))
+    consumer.start()
+    time.sleep(0.2)
+    closer = threading.Thread(target=stream.close)     # joins workers still inside get_sample
+    closer.start()
+    consumer.join(3)
+    alive = consumer.is_alive()
+    release.set()
+    consumer.join(10)
+    closer.join(10)
+    assert not alive, "the consumer was left waiting after close()"
+    assert outcome == ["ended"] or outcome[0].global_step == 1, outcome
+    finish(loader)
+
+
+def test_persistent_workers_must_be_a_bool():
+    """§1 arguments: persistent_workers is True or False; anything else is a TypeError naming it."""
+    with pytest.raises(TypeError, match="persistent_workers"):
+        Pipe().loader(workers=2, persistent_workers=1)
+
 @pytest.mark.parametrize("workers,prefetch", [(1, 1), (2, 3), (4, 8)])
 def test_epoch_passes_keep_their_workers_and_equal_batch_at(workers, prefetch):
     """§1 with persistent workers: `for batch in loader` pass after pass yields epoch e's steps
@@ -709,21 +879,25 @@ def test_set_epoch_elsewhere_resets_the_engine_on_the_same_threads():
         batches = list(loader)
         assert_stream_is_batch_at(batches, check, range(epoch * S, (epoch + 1) * S), f"set_epoch({epoch})")
         assert _worker_idents() == idents, "a reset started new threads"
-    # a stream from iter() takes the kept workers too (its steps are built on those threads);
-    # when it closes they end (iter()'s contract)
-    builders = set()
+    # a stream from iter() takes the kept workers too (its steps are built on those threads,
+    # but for its first, which the consumer builds itself at a new position rather than wait);
+    # when it closes they are parked again, until loader.close()
+    builders = {}
     build = loader._build
 
     def recording(g, workspace):
-        builders.add(threading.get_ident())
+        builders[g] = threading.get_ident()
         return build(g, workspace)
 
     loader._build = recording
-    with loader.iter(S + 1, S + 4) as stream:
-        batches = drain_ok(stream, 3)
-    assert builders and builders <= idents, "the iter() stream did not run on the kept workers"
-    assert_stream_is_batch_at(batches, check, range(S + 1, S + 4), "iter() on the kept workers")
-    assert_no_workers("after the iter() stream that took the kept workers closed")
+    with loader.iter(S + 1, S + 5) as stream:
+        batches = drain_ok(stream, 4)
+    by_workers = {builders[g] for g in range(S + 2, S + 5)}
+    assert by_workers <= idents, "the iter() stream did not run on the kept workers"
+    assert builders[S + 1] not in idents, "the first step at a new position is the consumer's"
+    assert_stream_is_batch_at(batches, check, range(S + 1, S + 5), "iter() on the kept workers")
+    assert _worker_idents() == idents, "the iter() stream's close did not give the workers back"
+    finish(loader, "after the iter() stream that took the kept workers closed")
 
 
 def test_an_error_prefetched_past_the_epoch_end_surfaces_only_at_its_step():
@@ -817,7 +991,7 @@ def test_close_wakes_idle_workers_at_once():
     """§1 shutdown without polling: closing a stream whose workers wait for room in a full
     window (or the loader's kept workers) returns in a few milliseconds; a waiting worker is
     woken, it does not notice the close only at its next poll."""
-    loader = Pipe(count=48, batch_size=2).loader(workers=4, prefetch=2)
+    loader = Pipe(count=48, batch_size=2).loader(workers=4, prefetch=2, persistent_workers=False)
     durations = []
     for _ in range(5):
         stream = loader.iter(0)
@@ -828,6 +1002,7 @@ def test_close_wakes_idle_workers_at_once():
         durations.append(time.perf_counter() - t)
         assert_no_workers()
     assert sorted(durations)[2] < 0.01, f"close() took {durations} s"
+    loader.persistent_workers = True     # now the loader keeps a completed pass's workers
     for _ in range(5):
         list(loader)
         time.sleep(0.05)
