@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 from onemodel_cy._packfmt import (FORMAT, HEADER_BYTES, VERSION, PackError, array_entry, npy_header,
-                                  write_manifest, write_npy)
+                                  sync, write_manifest, write_npy)
 
 __all__ = ["pack", "PackReport", "PackError"]
 
@@ -89,8 +89,7 @@ class _PackWriter:
         descr = "<f4" if self.kind == "float32" else "|u1"
         self.pixels.seek(0)
         self.pixels.write(npy_header(descr, (self.total,)))
-        self.pixels.flush()
-        os.fsync(self.pixels.fileno())
+        sync(self.pixels)
         self.pixels.close()
         arrays = {"pixels": (descr, (self.total,))}
         columns = {"pixel_offsets": ("<i8", self.offsets), "shapes": ("<i8", np.array(self.shapes).reshape(n, 3)),
@@ -145,8 +144,10 @@ def pack(source, out, *, labels=None, height=32, mode="L", vocabulary=None, work
     mode : {"L", "RGB"}, default "L"
         For a folder: 8-bit grey or 8-bit RGB pixels.
     vocabulary : sequence of str, optional
-        For a folder: the symbols text may use (symbol ``k + 1`` is ``vocabulary[k]``); by
-        default every character the kept labels use, sorted.
+        The symbols (symbol ``k + 1`` is ``vocabulary[k]``, 0 is left to the CTC blank).
+        For a folder, the characters text may use (by default every character of the
+        non-empty texts, sorted, taken before decoding: it covers a text whose image turns
+        out unreadable too); for any other source it is recorded in the manifest as given.
     workers : int, optional
         Decoding threads for a folder (default: the number of CPUs).
     progress : bool, default True
@@ -165,10 +166,12 @@ def pack(source, out, *, labels=None, height=32, mode="L", vocabulary=None, work
             name = "folder"
         elif hasattr(source, "get_sample"):
             from onemodel_cy._packsources import dataset_samples
-            items, skipped, vocab, total, name = (*dataset_samples(source), None, len(source), "dataset")
+            items, skipped, total, name = (*dataset_samples(source), len(source), "dataset")
+            vocab = recorded_vocabulary(vocabulary)
         else:
             from onemodel_cy._packsources import iterable_samples
-            items, skipped, vocab, total, name = (*iterable_samples(source), None, None, "iterable")
+            items, skipped, total, name = (*iterable_samples(source), None, "iterable")
+            vocab = recorded_vocabulary(vocabulary)
         for image, target, label, key in with_progress(items, total, progress):
             writer.add(image, target, label, key)
         count = writer.finish(vocab, name)
@@ -177,6 +180,15 @@ def pack(source, out, *, labels=None, height=32, mode="L", vocabulary=None, work
         raise
     size = sum(os.path.getsize(os.path.join(writer.out, f)) for f in os.listdir(writer.out))
     return PackReport(writer.out, count, skipped, time.perf_counter() - started, size)
+
+
+def recorded_vocabulary(vocabulary):
+    """A vocabulary given with an iterable or a dataset is recorded as given (its targets
+    are already symbols)."""
+    if vocabulary is None:
+        return None
+    from onemodel_cy._packsources import symbol_table
+    return symbol_table(vocabulary, ())
 
 
 def with_progress(items, total, progress):
