@@ -86,7 +86,7 @@ cdef class PackedImageDataset(PackedSource):
     cdef object _keys, _key_offsets
     cdef bint _initialised, _claimed
 
-    def __init__(self, path, mean=None, std=None, *, verify="index"):
+    def __init__(self, path, mean=None, std=None, verify="index"):
         if self._claimed:
             raise RuntimeError("PackedImageDataset.__init__ was already called on this dataset (workers may "
                                "be reading its storage); open a new one")
