@@ -268,25 +268,40 @@ def large_pack(n, folder):
     del items
     before = rss()
     ds = om.PackedImageDataset(out, MEAN, STD)
-    opened = rss()
+    print(f"  RSS before opening: {mb(before)}; after opening: {mb(rss())}")
+    read_all(ds, release_every=0)
+    ds.release_pages()
+    read_all(ds, release_every=100)
+
+
+def mb(r):
+    return (f"{r['VmRSS'] / 1e3:,.0f} MB (anon {r['RssAnon'] / 1e3:,.0f} MB, "
+            f"file-backed {r['RssFile'] / 1e3:,.0f} MB)")
+
+
+def read_all(ds, release_every):
+    """One pass over the pack with 2 workers; with ``release_every``, the consumer calls
+    ``ds.release_pages()`` every that many batches."""
     loader = om.DataLoader(ds, om.SequentialSampler(len(ds), 256), om.ImageBatchCollator(width_multiple=8),
                            seed=0, workers=2, prefetch=4)
-    start, seen, peak = time.perf_counter(), 0, dict(opened)
+    how = f"release_pages() every {release_every} batches" if release_every else "no release_pages()"
+    start, seen, first = time.perf_counter(), 0, rss()
+    peak = dict(first)
     for k, batch in enumerate(loader.iter(0, loader.steps_per_epoch)):
         seen += batch.images.shape[0]
         batch.close()
-        if k % 500 == 0:
-            now = rss()
-            peak = {key: max(peak[key], now[key]) for key in now}
-            print(f"  after {seen:,} images: RSS {now['VmRSS'] / 1e3:,.0f} MB (anon {now['RssAnon'] / 1e3:,.0f}, "
-                  f"file-backed {now['RssFile'] / 1e3:,.0f})", flush=True)
+        if release_every and k % release_every == release_every - 1:
+            ds.release_pages()
+        if k % 50 == 0:
+            peak = {key: max(peak[key], value) for key, value in rss().items()}
+        if k % 1000 == 0:
+            print(f"  [{how}] after {seen:,} images: RSS {mb(rss())}", flush=True)
     seconds = time.perf_counter() - start
-    after = rss()
-    print(f"read {seen:,} images in {seconds:.0f} s ({seen / seconds:,.0f} images/s, 2 workers)")
-    for label, r in (("before opening", before), ("after opening", opened), ("after reading all", after)):
-        print(f"  RSS {label}: {r['VmRSS'] / 1e3:,.0f} MB (anon {r['RssAnon'] / 1e3:,.0f} MB, "
-              f"file-backed {r['RssFile'] / 1e3:,.0f} MB)")
-    print(f"  peak sampled: anon {peak['RssAnon'] / 1e3:,.0f} MB, file-backed {peak['RssFile'] / 1e3:,.0f} MB")
+    loader.close()
+    print(f"read {seen:,} images in {seconds:.1f} s ({seen / seconds:,.0f} images/s, 2 workers, {how})")
+    print(f"  RSS at the start: {mb(first)}; at the end: {mb(rss())}")
+    print(f"  peak sampled every 50 batches: anon {peak['RssAnon'] / 1e3:,.0f} MB, "
+          f"file-backed {peak['RssFile'] / 1e3:,.0f} MB")
 
 
 def main(argv=None):

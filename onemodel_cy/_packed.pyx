@@ -14,6 +14,7 @@ itself and converts them while it writes the padded batch (``src/row.h``
 """
 cimport cython
 cimport numpy as cnp
+import mmap
 import os
 
 import numpy as np
@@ -187,6 +188,22 @@ cdef class PackedImageDataset(PackedSource):
         if self._keys is None:
             return None
         return bytes(self._keys[self._key_offsets[i]:self._key_offsets[i + 1]]).decode("utf-8")
+
+    def release_pages(self):
+        """Give back this process's resident pages of the pixel mapping (``madvise``
+        ``MADV_DONTNEED``); returns False where the platform has no such advice.
+
+        The pages stay in the page cache: a later read maps them again from there (or
+        from the file), with the same bytes, so this is safe while workers read. A long
+        pass over a pack larger than memory can call it now and then to keep the
+        process's resident size flat; the kernel reclaims such clean pages under memory
+        pressure anyway."""
+        ready(self)
+        mapping = getattr(self._pixels, "_mmap", None)
+        if mapping is None or not hasattr(mapping, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
+            return False
+        mapping.madvise(mmap.MADV_DONTNEED)
+        return True
 
     @property
     def vocabulary(self):

@@ -320,3 +320,24 @@ def test_known_answer_packs(name, tmp_path):
     for file in sorted(os.listdir(path)):
         with open(os.path.join(path, file), "rb") as f, open(tmp_path / name / file, "rb") as g:
             assert f.read() == g.read(), file
+
+
+def rss_file_kb():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("RssFile:"))
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc for resident sizes")
+def test_release_pages_drops_resident_pages_and_changes_no_batch(tmp_path):
+    """Large packs: release_pages() gives back the mapping's resident pages (file-backed
+    RSS falls) and the batches read afterwards are the same bytes (pages map again)."""
+    rng = np.random.default_rng(5)
+    items = [(rng.integers(0, 256, (64, 1024), dtype=np.uint8), [1], i) for i in range(128)]    # 8 MiB
+    om.pack(items, str(tmp_path / "p"), progress=False)
+    ds = om.PackedImageDataset(str(tmp_path / "p"), 0.5, 0.5)
+    loader = om.DataLoader(ds, om.SequentialSampler(128, 128), om.ImageBatchCollator(), seed=0)
+    first = np.asarray(loader.batch_at(0).images).tobytes()
+    touched = rss_file_kb()
+    assert ds.release_pages() is True
+    assert rss_file_kb() < touched - 4096          # most of the 8 MiB just read is given back
+    assert np.asarray(loader.batch_at(0).images).tobytes() == first
