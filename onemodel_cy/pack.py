@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 
+from onemodel_cy import _packfmt
 from onemodel_cy._packfmt import (FORMAT, HEADER_BYTES, VERSION, PackError, array_entry, npy_header,
                                   sync, write_manifest, write_npy)
 
@@ -116,6 +117,7 @@ class _PackWriter:
             old = f"{self.tmp}.replaced"
             os.rename(self.out, old)
         os.rename(self.tmp, self.out)
+        sync_folder(os.path.dirname(self.out))      # the rename itself reaches the disk
         if old is not None:
             shutil.rmtree(old)
 
@@ -123,6 +125,17 @@ class _PackWriter:
         if not self.pixels.closed:
             self.pixels.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def sync_folder(folder: str) -> None:
+    """fsync a folder (its entries), where the platform allows opening one."""
+    if not _packfmt.FSYNC or not hasattr(os, "O_DIRECTORY"):
+        return
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def pack(source, out, *, labels=None, height=32, mode="L", vocabulary=None, workers=None,
