@@ -13,6 +13,8 @@ from onemodel_cy._augment import Augmentation, GainOffset, GaussianNoise
 from onemodel_cy._batch import ImageBatch
 from onemodel_cy._collate import ImageBatchCollator
 from onemodel_cy._image import gray8_to_planar, rgb8_to_planar
+from onemodel_cy._packed import PackedImageDataset
+from onemodel_cy.pack import PackError, PackReport, pack
 from onemodel_cy.loader import BatchStream, DataLoader, threads_available
 
 globals().update(_STREAMS)
@@ -26,5 +28,6 @@ __all__ = [
     "Sample", "ArrayImageDataset", "SyntheticLineImages",
     "BufferPool", "ImageBatchCollator", "ImageBatch", "Augmentation", "GainOffset", "GaussianNoise",
     "gray8_to_planar", "rgb8_to_planar",
+    "PackedImageDataset", "pack", "PackReport", "PackError",
     "DataLoader", "BatchStream", "threads_available",
 ]

@@ -10,6 +10,7 @@ from onemodel_cy._datasets import Sample as Sample
 from onemodel_cy._datasets import SyntheticLineImages as SyntheticLineImages
 from onemodel_cy._image import gray8_to_planar as gray8_to_planar
 from onemodel_cy._image import rgb8_to_planar as rgb8_to_planar
+from onemodel_cy._packed import PackedImageDataset as PackedImageDataset
 from onemodel_cy._permute import keyed_permutation as keyed_permutation
 from onemodel_cy._permute import permutation as permutation
 from onemodel_cy._rng import SampleRng as SampleRng
@@ -23,6 +24,9 @@ from onemodel_cy._samplers import ShuffledSampler as ShuffledSampler
 from onemodel_cy.loader import BatchStream as BatchStream
 from onemodel_cy.loader import DataLoader as DataLoader
 from onemodel_cy.loader import threads_available as threads_available
+from onemodel_cy.pack import PackError as PackError
+from onemodel_cy.pack import PackReport as PackReport
+from onemodel_cy.pack import pack as pack
 
 # The named streams of §2 and of this package (docs/contract.md).
 STREAM_TRANSFORM: int

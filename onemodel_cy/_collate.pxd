@@ -8,7 +8,10 @@ from onemodel_cy._pacing cimport Pacing
 
 # One slot of a batch: where its pixels and target are, and its int32 columns.
 ctypedef struct SlotJob:
-    const float* pixels     # C-contiguous [C, H, W], aligned
+    const float* pixels     # C-contiguous [C, H, W], aligned (kind PIXELS_FLOAT32)
+    const unsigned char* bytes  # 8-bit [H, W] or [H, W, 3] (kind PIXELS_GRAY8 / PIXELS_RGB8)
+    const float* convert    # §6 scale[3] then bias[3] in float32, for 8-bit pixels
+    int kind                # _datasets.pxd PIXELS_*: a packed view's kind, else float32
     const i32* target
     Py_ssize_t width
     Py_ssize_t target_length

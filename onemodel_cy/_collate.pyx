@@ -23,12 +23,17 @@ from onemodel_cy._rng cimport SampleRng, derive_seed, STREAM_AUGMENTATION
 from onemodel_cy._augment cimport Augmentation, AugmentKernel, store_row
 from onemodel_cy._bufferpool cimport BufferPool, Block
 from onemodel_cy._batch cimport BatchLayout, ImageBatch, plan_layout, batch_in_block
-from onemodel_cy._datasets cimport Sample
+from onemodel_cy._datasets cimport Sample, PIXELS_FLOAT32, PIXELS_GRAY8
 from onemodel_cy._pacing cimport Pacing
 
 cnp.import_array()
 
 cdef i64 INT32_END = 1 << 31
+
+cdef extern from "row.h":
+    void convert_image "om_convert_image"(const unsigned char* src, Py_ssize_t channels, Py_ssize_t height,
+                                          Py_ssize_t width, float* dst, Py_ssize_t padded,
+                                          const float* scale, const float* bias, float pad) noexcept nogil
 
 cdef extern from "Python.h":
     # Py_REFCNT on a borrowed pointer: no temporary reference to count, and valid on
@@ -143,6 +148,7 @@ cdef int fill_slot(Workspace ws, Py_ssize_t j, object item, i64 index, Py_ssize_
                         f"to {describe(target)}; it must stay a native 1-D int32 array")
     cdef SlotJob* job = &ws.jobs[j]
     job.pixels = <const float*>cnp.PyArray_DATA(image)
+    job.kind = PIXELS_FLOAT32
     job.width = image.shape[2]
     job.target = <const i32*>cnp.PyArray_DATA(target)
     job.target_length = target.shape[0]
@@ -180,7 +186,14 @@ cdef void copy_images(const SlotJob* jobs, Py_ssize_t n, float* images, const Ba
     cdef u64 state
     for j in range(n):
         dst = images + j * slot_floats
-        if kernel.run == NULL:
+        if jobs[j].kind != PIXELS_FLOAT32:
+            # §6 fused with the padding, then the kernel edits the converted image in place
+            # while it is still in cache (same float32 operations as on a Sample's image).
+            convert_slot(&jobs[j], layout.channels, layout.height, dst, padded, pad)
+            if kernel.run != NULL:
+                state = derive_seed(seed, epoch, step, <u64>(first_slot + j), STREAM_AUGMENTATION)
+                kernel.run(kernel.params, dst, padded, dst, padded, rows, jobs[j].width, padded, pad, &state)
+        elif kernel.run == NULL:
             for r in range(rows):
                 store_row(jobs[j].pixels + r * jobs[j].width, dst + r * padded, jobs[j].width, padded,
                           False, 0, 0, pad)
@@ -190,13 +203,25 @@ cdef void copy_images(const SlotJob* jobs, Py_ssize_t n, float* images, const Ba
                        padded, pad, &state)
 
 
-cdef void stage_slots(SlotJob* jobs, Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t rows, float** staged) noexcept nogil:
+cdef inline void convert_slot(const SlotJob* job, Py_ssize_t channels, Py_ssize_t height, float* dst,
+                              Py_ssize_t padded, float pad) noexcept nogil:
+    """A slot of 8-bit pixels, converted (§6) into planar rows of ``padded`` floats."""
+    cdef Py_ssize_t interleaved = 1 if job.kind == PIXELS_GRAY8 else channels
+    convert_image(job.bytes, interleaved, height, job.width, dst, padded, job.convert, job.convert + 3, pad)
+
+
+cdef void stage_slots(SlotJob* jobs, Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t channels, Py_ssize_t height,
+                      float** staged) noexcept nogil:
     """Copy slots [lo, hi) to the staging scratch at staged[0] (advanced past them) and
-    point the slot table at the copies."""
-    cdef Py_ssize_t j, size
+    point the slot table at the copies (8-bit pixels converted, §6: float32 from then on)."""
+    cdef Py_ssize_t j, size, rows = channels * height
     for j in range(lo, hi):
         size = rows * jobs[j].width
-        store_row(jobs[j].pixels, staged[0], size, size, False, 0, 0, 0)
+        if jobs[j].kind != PIXELS_FLOAT32:
+            convert_slot(&jobs[j], channels, height, staged[0], jobs[j].width, 0)
+            jobs[j].kind = PIXELS_FLOAT32
+        else:
+            store_row(jobs[j].pixels, staged[0], size, size, False, 0, 0, 0)
         jobs[j].pixels = staged[0]
         staged[0] += size
 
@@ -376,7 +401,7 @@ cdef class ImageBatchCollator:
             with nogil:
                 if pacing is not None:
                     pacing.give_back(baton)
-                stage_slots(ws.jobs, lo, hi, rows, &staged)
+                stage_slots(ws.jobs, lo, hi, channels, height, &staged)
                 if pacing is not None:
                     baton[0] = pacing.take()
             for j in range(lo, hi):

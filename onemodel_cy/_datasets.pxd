@@ -12,9 +12,22 @@ cdef class Sample:
 # into storage the dataset owns and has sealed (read-only, never re-allocated while the
 # dataset lives). Image i is shapes[3i:3i+3] = (C, H, W) at pixels + pixel_offsets[i];
 # its target is targets[target_offsets[i]:target_offsets[i+1]].
+cdef extern from "row.h":
+    enum:
+        PIXELS_FLOAT32 "OM_PIXELS_FLOAT32"
+        PIXELS_GRAY8 "OM_PIXELS_GRAY8"
+        PIXELS_RGB8 "OM_PIXELS_RGB8"
+
+# `kind` says what the pixels are: PIXELS_FLOAT32 planar float32 at `pixels`, or
+# PIXELS_GRAY8 / PIXELS_RGB8 8-bit pixels at `bytes` ([H, W] or [H, W, 3] interleaved),
+# which the collator converts as §6 does with the float32 constants at `convert`
+# (scale[0..2], then bias[0..2]: D15) while it copies them into the batch.
 cdef struct PackedImages:
     Py_ssize_t count
+    int kind
     const float* pixels
+    const unsigned char* bytes
+    const float* convert
     const i64* pixel_offsets
     const i64* shapes
     const i32* targets

@@ -279,7 +279,10 @@ cdef class ArrayImageDataset(PackedSource):
         if getattr(type(self), "get_sample") is not STORAGE_GET_SAMPLE:
             return False
         view.count = self.count
+        view.kind = PIXELS_FLOAT32
         view.pixels = <const float*>cnp.PyArray_DATA(self._pixels)
+        view.bytes = NULL
+        view.convert = NULL
         view.pixel_offsets = <const i64*>cnp.PyArray_DATA(self._pixel_offsets)
         view.shapes = <const i64*>cnp.PyArray_DATA(self._shapes)
         view.targets = <const i32*>cnp.PyArray_DATA(self._targets)

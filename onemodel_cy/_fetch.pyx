@@ -13,7 +13,7 @@ import numpy as np
 from onemodel_cy._typedefs cimport u64, i64
 from onemodel_cy._validate cimport as_index, as_u64, describe
 from onemodel_cy._rng cimport SampleRng, derive_seed, STREAM_TRANSFORM
-from onemodel_cy._datasets cimport PackedImages, PackedSource, Sample
+from onemodel_cy._datasets cimport PackedImages, PackedSource, Sample, PIXELS_FLOAT32
 from onemodel_cy._collate cimport SlotJob, Workspace, ImageBatchCollator, fill_slot
 from onemodel_cy._pacing cimport Pacing
 
@@ -122,7 +122,12 @@ cdef int gather_packed(Workspace ws, const PackedImages* view, const i64* idx, P
             if shapes[3 * i] != shapes[3 * first] or shapes[3 * i + 1] != shapes[3 * first + 1]:
                 bad = j
                 break
-            jobs[j].pixels = view.pixels + view.pixel_offsets[i]
+            jobs[j].kind = view.kind
+            jobs[j].convert = view.convert
+            if view.kind == PIXELS_FLOAT32:
+                jobs[j].pixels = view.pixels + view.pixel_offsets[i]
+            else:
+                jobs[j].bytes = view.bytes + view.pixel_offsets[i]
             jobs[j].width = shapes[3 * i + 2]
             jobs[j].target = view.targets + view.target_offsets[i]
             jobs[j].target_length = view.target_offsets[i + 1] - view.target_offsets[i]

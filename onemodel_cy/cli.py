@@ -64,6 +64,27 @@ def _bench(argv) -> int:
     return 0
 
 
+def add_pack_parser(commands) -> None:
+    pack = commands.add_parser("pack", help="decode a folder of line images once into a pack "
+                                            "(docs/packed-format.md) for PackedImageDataset")
+    pack.add_argument("folder", help="the folder of image files")
+    pack.add_argument("out", help="the pack's folder (must not exist unless --overwrite)")
+    pack.add_argument("--labels", required=True, help="UTF-8 file of 'file name<TAB>text' lines")
+    pack.add_argument("--height", type=int, default=32, help="resize every image to this height (default 32)")
+    pack.add_argument("--mode", choices=("L", "RGB"), default="L", help="8-bit grey (L) or RGB pixels")
+    pack.add_argument("--workers", type=int, default=None, help="decoding threads (default: CPUs)")
+    pack.add_argument("--overwrite", action="store_true", help="replace OUT once the new pack is complete")
+    pack.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _pack(args) -> int:
+    from onemodel_cy.pack import pack
+    report = pack(args.folder, args.out, labels=args.labels, height=args.height, mode=args.mode,
+                  workers=args.workers, progress=not args.no_progress, overwrite=args.overwrite)
+    print(report.summary())
+    return 0
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     # `bench` and `conformance` own their options: hand them the rest of the line.
@@ -81,7 +102,10 @@ def main(argv=None) -> int:
     demo.add_argument("--seed", type=int, default=0)
     commands.add_parser("bench", help="how to run the benchmarks from a source checkout")
     commands.add_parser("conformance", help="known-answer vectors for ports, and the checker (--help)")
+    add_pack_parser(commands)
     args = parser.parse_args(argv)
+    if args.command == "pack":
+        return _pack(args)
     if args.steps < 2 or args.workers < 0:
         parser.error(f"demo needs --steps >= 2 and --workers >= 0, received --steps {args.steps} "
                      f"--workers {args.workers}")

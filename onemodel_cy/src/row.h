@@ -27,4 +27,31 @@ OM_CLONES static void om_store_row(const float* src, float* dst, ptrdiff_t width
     }
     for (x = width; x < padded; x++) dst[x] = pad;
 }
+/* The kinds of pixels a packed view (and a slot of the slot table) can hold. */
+enum { OM_PIXELS_FLOAT32 = 0, OM_PIXELS_GRAY8 = 1, OM_PIXELS_RGB8 = 2 };
+
+/* §6 fused with the padding: one image of 8-bit pixels, `channels` interleaved per
+   pixel ([H, W] gray or [H, W, 3] RGB, rows `width * channels` bytes apart), to planar
+   float32 rows of `padded` floats (channel c, row y at dst + (c * height + y) * padded):
+   p * scale[c] - bias[c], two float32 roundings exactly as gray8_to_planar and
+   rgb8_to_planar compute them (the build uses -ffp-contract=off), then `pad` up to
+   `padded`. One pass over the pixels, no intermediate float32 image. */
+OM_CLONES static void om_convert_image(const unsigned char* src, ptrdiff_t channels, ptrdiff_t height,
+                                       ptrdiff_t width, float* dst, ptrdiff_t padded,
+                                       const float* scale, const float* bias, float pad) {
+    ptrdiff_t c, y, x;
+    for (c = 0; c < channels; c++) {
+        const float s = scale[c], b = bias[c];
+        for (y = 0; y < height; y++) {
+            const unsigned char* row = src + y * width * channels + c;
+            float* out = dst + (c * height + y) * padded;
+            if (channels == 1) {
+                for (x = 0; x < width; x++) out[x] = (float)row[x] * s - b;
+            } else {
+                for (x = 0; x < width; x++) out[x] = (float)row[x * channels] * s - b;
+            }
+            for (x = width; x < padded; x++) out[x] = pad;
+        }
+    }
+}
 #endif

@@ -1,0 +1,343 @@
+"""The pack format (docs/packed-format.md), its writer and its reader's refusals.
+
+Covers: a pack is standard .npy files plus a manifest that numpy alone can read; the
+writer's three sources and its atomic rename; PackedImageDataset.get_sample is §6 of the
+stored pixels (D15); a missing, truncated, corrupted, out-of-range or other-version pack
+is refused with an error naming the file; the known-answer packs of spec_tests/data/.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import sys
+
+import numpy as np
+import pytest
+
+import onemodel_cy as om
+from onemodel_cy import _packfmt
+from onemodel_cy._packfmt import PackError
+
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def without_fsync():
+    """These tests check the bytes written, not the disk's durability (fsync dominates)."""
+    _packfmt.FSYNC = False
+    yield
+    _packfmt.FSYNC = True
+
+
+def gray_items(n=6, height=5, seed=0):
+    rng = np.random.default_rng(seed)
+    return [(rng.integers(0, 256, (height, int(rng.integers(1, 20))), dtype=np.uint8),
+             rng.integers(0, 30, int(rng.integers(0, 4))), i - 2, f"img{i}.png") for i in range(n)]
+
+
+@pytest.fixture
+def gray_pack(tmp_path):
+    items = gray_items()
+    path = str(tmp_path / "pack")
+    om.pack(items, path, progress=False)
+    return path, items
+
+
+def manifest_of(path):
+    with open(os.path.join(path, "manifest.json")) as f:
+        return json.load(f)
+
+
+def rewrite_manifest(path, manifest):
+    with open(os.path.join(path, "manifest.json"), "w") as f:
+        json.dump(manifest, f)
+
+
+def rewrite_array(path, name, values):
+    """Replace an array and update the manifest's record, so only the value is wrong."""
+    manifest = manifest_of(path)
+    descr = manifest["arrays"][name]["dtype"]
+    _packfmt.write_npy(os.path.join(path, f"{name}.npy"), values, descr)
+    manifest["arrays"][name] = _packfmt.array_entry(path, name, descr, np.asarray(values).shape)
+    rewrite_manifest(path, manifest)
+
+
+# ---------------------------------------------------------------- the format and the writer
+
+def test_pack_is_plain_npy_and_json_with_matching_sha256(gray_pack):
+    """Format §Files: every array is a standard .npy (numpy.load reads it), the manifest
+    records its dtype, shape, size and SHA-256 of the file, and the data starts at 128."""
+    path, items = gray_pack
+    manifest = manifest_of(path)
+    assert manifest["format"] == "onemodel_cy-pack" and manifest["version"] == 1
+    assert manifest["count"] == len(items) and manifest["pixels"] == "gray8"
+    for name, entry in manifest["arrays"].items():
+        file = os.path.join(path, entry["file"])
+        with open(file, "rb") as f:
+            raw = f.read()
+        assert hashlib.sha256(raw).hexdigest() == entry["sha256"] and len(raw) == entry["bytes"]
+        array = np.load(file)
+        assert array.dtype.str == entry["dtype"] and list(array.shape) == entry["shape"]
+        assert raw[:6] == b"\x93NUMPY" and len(raw) - array.nbytes == 128
+    pixels, offsets, shapes = (np.load(os.path.join(path, f"{n}.npy")) for n in ("pixels", "pixel_offsets", "shapes"))
+    ends, targets = np.load(os.path.join(path, "target_offsets.npy")), np.load(os.path.join(path, "targets.npy"))
+    keys, key_ends = np.load(os.path.join(path, "keys.npy")), np.load(os.path.join(path, "key_offsets.npy"))
+    for i, (image, target, label, key) in enumerate(items):
+        c, h, w = shapes[i]
+        assert (c, h, w) == (1, *image.shape)
+        np.testing.assert_array_equal(pixels[offsets[i]:offsets[i] + h * w].reshape(h, w), image)
+        np.testing.assert_array_equal(targets[ends[i]:ends[i + 1]], target)
+        assert bytes(keys[key_ends[i]:key_ends[i + 1]]).decode() == key
+    np.testing.assert_array_equal(np.load(os.path.join(path, "labels.npy")), [it[2] for it in items])
+
+
+@pytest.mark.parametrize("kind", ["gray8", "rgb8"])
+def test_get_sample_is_section6_of_the_stored_pixels(tmp_path, kind):
+    """§6/D15: get_sample(i) is exactly gray8_to_planar / rgb8_to_planar of the stored pixels."""
+    rng = np.random.default_rng(3)
+    shape = (4,) if kind == "gray8" else (4, 3)
+    items = [(rng.integers(0, 256, (shape[0], w, *shape[1:]), dtype=np.uint8), [w], w) for w in (1, 5, 9)]
+    om.pack(items, str(tmp_path / "p"), progress=False)
+    mean, std = ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]) if kind == "rgb8" else (0.1307, 0.3081)
+    ds = om.PackedImageDataset(str(tmp_path / "p"), mean, std)
+    convert = om.gray8_to_planar if kind == "gray8" else om.rgb8_to_planar
+    for i, (image, target, label) in enumerate(items):
+        sample = ds.get_sample(i)
+        assert sample.image.view(np.uint32).tobytes() == convert(image, mean, std).view(np.uint32).tobytes()
+        assert sample.target.tolist() == target and sample.label == label
+    assert ds.widths.tolist() == [1, 5, 9] and ds.key(0) is None
+
+
+def test_float32_pack_from_a_dataset_serves_the_samples(tmp_path):
+    """Writer source (c): a dataset with get_sample packs float32 [C, H, W] as stored; the
+    pack serves the same samples and takes no mean/std (§6 does not apply)."""
+    rng = np.random.default_rng(1)
+    source = om.ArrayImageDataset([rng.standard_normal((2, 3, w)).astype(np.float32) for w in (4, 1, 7)],
+                                  [[1, 2], [], [3]], [7, 8, 9])
+    report = om.pack(source, str(tmp_path / "f"), progress=False)
+    assert report.count == 3 and report.skipped == []
+    ds = om.PackedImageDataset(str(tmp_path / "f"))
+    for i in range(3):
+        a, b = source.get_sample(i), ds.get_sample(i)
+        assert a.image.tobytes() == b.image.tobytes() and a.target.tolist() == b.target.tolist()
+        assert a.label == b.label
+    with pytest.raises(ValueError, match="float32 pixels"):
+        om.PackedImageDataset(str(tmp_path / "f"), 0.5, 0.5)
+    om.pack([(np.zeros((2, 2), np.uint8), [], 0)], str(tmp_path / "g"), progress=False)
+    with pytest.raises(ValueError, match="give mean= and std="):
+        om.PackedImageDataset(str(tmp_path / "g"))
+
+
+def test_writer_skips_and_reports_bad_items(tmp_path):
+    """Writer: an item whose values cannot be packed (an empty image, a negative symbol) is
+    skipped and reported by position; the wrong kind of image is a TypeError."""
+    items = [(np.zeros((3, 4), np.uint8), [1], 0), (np.zeros((3, 0), np.uint8), [1], 1),
+             (np.ones((3, 2), np.uint8), [-1], 2), (np.full((3, 5), 9, np.uint8), [2], 3)]
+    report = om.pack(items, str(tmp_path / "p"), progress=False)
+    assert report.count == 2 and [s[0] for s in report.skipped] == [1, 2]
+    assert "dimension" in report.skipped[0][1] and "[0, 2**31)" in report.skipped[1][1]
+    assert om.PackedImageDataset(str(tmp_path / "p"), 0, 1).get_sample(1).label == 3
+    with pytest.raises(TypeError, match="item 0: image must be uint8"):
+        om.pack([(np.zeros((3, 4), np.float64), [1], 0)], str(tmp_path / "q"), progress=False)
+    with pytest.raises(TypeError, match="one kind of pixels"):
+        om.pack([(np.zeros((3, 4), np.uint8), [1], 0), (np.zeros((3, 4, 3), np.uint8), [1], 0)],
+                str(tmp_path / "r"), progress=False)
+
+
+def test_an_interrupted_pack_leaves_nothing_that_looks_complete(tmp_path):
+    """Writer atomicity: a source that fails mid-way leaves neither the destination nor the
+    temporary folder; an existing pack is refused, and replaced only once complete."""
+    def failing():
+        yield np.zeros((2, 3), np.uint8), [1], 0
+        raise OSError("disk went away")
+    with pytest.raises(OSError, match="disk went away"):
+        om.pack(failing(), str(tmp_path / "p"), progress=False)
+    assert os.listdir(tmp_path) == []
+    om.pack([(np.zeros((2, 3), np.uint8), [1], 0)], str(tmp_path / "p"), progress=False)
+    with pytest.raises(FileExistsError, match="already exists"):
+        om.pack([(np.zeros((2, 3), np.uint8), [1], 0)], str(tmp_path / "p"), progress=False)
+    with pytest.raises(OSError):
+        om.pack(failing(), str(tmp_path / "p"), progress=False, overwrite=True)
+    assert len(om.PackedImageDataset(str(tmp_path / "p"), 0, 1)) == 1 and os.listdir(tmp_path) == ["p"]
+    om.pack([(np.ones((2, 3), np.uint8), [1], 0)] * 2, str(tmp_path / "p"), progress=False, overwrite=True)
+    assert len(om.PackedImageDataset(str(tmp_path / "p"), 0, 1)) == 2 and os.listdir(tmp_path) == ["p"]
+
+
+def test_pickled_dataset_reopens_the_pack(gray_pack):
+    """A pickled PackedImageDataset (a process's copy) maps the same pack again."""
+    path, _ = gray_pack
+    ds = om.PackedImageDataset(path, 0.5, 0.5)
+    copy = pickle.loads(pickle.dumps(ds))
+    assert copy.path == path and copy.get_sample(2).image.tobytes() == ds.get_sample(2).image.tobytes()
+
+
+# ---------------------------------------------------------------- refusals, each naming the file
+
+def test_missing_manifest_or_array(gray_pack, tmp_path):
+    """Bad input: a folder without manifest.json (a partial pack) and a missing array."""
+    path, _ = gray_pack
+    with pytest.raises(PackError, match=r"manifest\.json: missing"):
+        om.PackedImageDataset(str(tmp_path), 0, 1)
+    os.remove(os.path.join(path, "targets.npy"))
+    with pytest.raises(PackError, match=r"targets\.npy: missing"):
+        om.PackedImageDataset(path, 0, 1)
+
+
+def test_truncated_array(gray_pack):
+    """Bad input: a truncated pixels.npy (size differs from the manifest's record)."""
+    path, _ = gray_pack
+    file = os.path.join(path, "pixels.npy")
+    with open(file, "r+b") as f:
+        f.truncate(os.path.getsize(file) - 3)
+    with pytest.raises(PackError, match=r"pixels\.npy: holds \d+ bytes, the manifest records"):
+        om.PackedImageDataset(path, 0, 1)
+
+
+def test_other_version_or_format(gray_pack):
+    """Bad input: a manifest of another format version, or of another format."""
+    path, _ = gray_pack
+    manifest = manifest_of(path)
+    rewrite_manifest(path, {**manifest, "version": 2})
+    with pytest.raises(PackError, match=r"manifest\.json: pack format version 2"):
+        om.PackedImageDataset(path, 0, 1)
+    rewrite_manifest(path, {**manifest, "format": "mds"})
+    with pytest.raises(PackError, match="format must be"):
+        om.PackedImageDataset(path, 0, 1)
+
+
+def test_sha256_mismatch(gray_pack):
+    """Integrity: a changed byte in an index array fails its SHA-256 on opening; a changed
+    pixel fails with verify="full" (the pixels are hashed only when asked)."""
+    path, _ = gray_pack
+    om.PackedImageDataset(path, 0, 1, verify="full")
+    file = os.path.join(path, "pixels.npy")
+    with open(file, "r+b") as f:
+        f.seek(130)
+        byte = f.read(1)
+        f.seek(130)
+        f.write(bytes([byte[0] ^ 1]))
+    om.PackedImageDataset(path, 0, 1)
+    with pytest.raises(PackError, match=r"pixels\.npy: SHA-256 differs"):
+        om.PackedImageDataset(path, 0, 1, verify="full")
+    file = os.path.join(path, "labels.npy")
+    with open(file, "r+b") as f:
+        f.seek(128)
+        f.write(b"\x7f")
+    with pytest.raises(PackError, match=r"labels\.npy: SHA-256 differs"):
+        om.PackedImageDataset(path, 0, 1)
+
+
+def test_offsets_past_the_pixels_and_zero_width(gray_pack):
+    """Bad input: an image extending past pixels.npy (including a width chosen to overflow
+    C * H * W in int64) and a width of 0, each refused naming the array, with correct SHAs."""
+    path, items = gray_pack
+    offsets = np.load(os.path.join(path, "pixel_offsets.npy"))
+    shapes = np.load(os.path.join(path, "shapes.npy"))
+    total = np.load(os.path.join(path, "pixels.npy")).shape[0]
+    for bad_offset in (total, -1):
+        moved = offsets.copy()
+        moved[3] = bad_offset
+        rewrite_array(path, "pixel_offsets", moved)
+        with pytest.raises(PackError, match=r"pixel_offsets\.npy: sample 3 .* points past the"):
+            om.PackedImageDataset(path, 0, 1)
+    rewrite_array(path, "pixel_offsets", offsets)
+    for w, message in ((0, r"shapes\.npy: sample 4 has W=0"), (2**62, "points past"), (2**61 + 1, "points past")):
+        wide = shapes.copy()
+        wide[4, 2] = w
+        rewrite_array(path, "shapes", wide)
+        with pytest.raises(PackError, match=message):
+            om.PackedImageDataset(path, 0, 1)
+
+
+def test_target_offsets_and_symbols_checked(gray_pack):
+    """Bad input: target offsets that do not rise to the targets' length, a negative symbol."""
+    path, _ = gray_pack
+    ends = np.load(os.path.join(path, "target_offsets.npy"))
+    bad = ends.copy()
+    bad[-1] += 1
+    rewrite_array(path, "target_offsets", bad)
+    with pytest.raises(PackError, match=r"target_offsets\.npy: must rise from 0"):
+        om.PackedImageDataset(path, 0, 1)
+    rewrite_array(path, "target_offsets", ends)
+    targets = np.load(os.path.join(path, "targets.npy"))
+    targets[0] = -4
+    rewrite_array(path, "targets", targets)
+    with pytest.raises(PackError, match=r"targets\.npy: value -4"):
+        om.PackedImageDataset(path, 0, 1)
+
+
+# ---------------------------------------------------------------- known answers for ports
+
+def read_with_numpy(path):
+    """A port's reader in a few lines of numpy (docs/packed-format.md): the samples' pixels."""
+    manifest = manifest_of(path)
+    load = {name: np.load(os.path.join(path, e["file"]), mmap_mode="r") for name, e in manifest["arrays"].items()}
+    out = []
+    for i in range(manifest["count"]):
+        c, h, w = (int(v) for v in load["shapes"][i])
+        start = int(load["pixel_offsets"][i])
+        flat = np.asarray(load["pixels"][start:start + c * h * w])
+        out.append(flat.reshape(h, w) if manifest["pixels"] == "gray8" else flat.reshape(h, w, 3))
+    return manifest, load, out
+
+
+@pytest.mark.parametrize("name", ["tiny_gray8", "tiny_rgb8"])
+def test_known_answer_packs(name, tmp_path):
+    """Known answers (spec_tests/data/): the committed pack opens with its SHAs checked,
+    each sample's §6 image and target match expected.json (computed with numpy alone), a
+    numpy-only reader finds the same pixels, one loader batch has the recorded bytes, and
+    the writer rewrites the same files byte for byte."""
+    with open(os.path.join(DATA, "expected.json")) as f:
+        expected = json.load(f)
+    want = expected[name]
+    path = os.path.join(DATA, name)
+    ds = om.PackedImageDataset(path, want["mean"], want["std"], verify="full")
+    manifest, load, images = read_with_numpy(path)
+    for i, sample in enumerate(want["samples"]):
+        s = ds.get_sample(i)
+        assert list(s.image.shape) == sample["shape"] and s.target.tolist() == sample["target"]
+        assert s.label == sample["label"] and ds.key(i) == sample["key"]
+        assert hashlib.sha256(s.image.astype("<f4").tobytes()).hexdigest() == sample["image_sha256"]
+        convert = om.gray8_to_planar if images[i].ndim == 2 else om.rgb8_to_planar
+        assert convert(images[i], want["mean"], want["std"]).tobytes() == s.image.tobytes()
+    b = expected["batch"]
+    loader = om.DataLoader(ds, om.ShuffledSampler(len(ds), b["batch_size"], b["sampler_seed"]),
+                           om.ImageBatchCollator(width_multiple=b["width_multiple"], pad_value=b["pad_value"],
+                                                 augmentation=om.GainOffset(b["gain"], b["offset"])), seed=b["seed"])
+    batch = loader.batch_at(b["g"])
+    assert np.asarray(batch.indices).tolist() == want["batch_indices"]
+    assert hashlib.sha256(np.asarray(batch.images).tobytes()).hexdigest() == want["batch_images_sha256"]
+    sys.path.insert(0, DATA)
+    try:
+        import make_tiny_packs as maker
+    finally:
+        sys.path.remove(DATA)
+    samples = maker.gray_samples() if name == "tiny_gray8" else maker.rgb_samples()
+    vocabulary = maker.VOCABULARY if name == "tiny_gray8" else None
+    om.pack(samples, str(tmp_path / name), vocabulary=vocabulary, progress=False)
+    for file in sorted(os.listdir(path)):
+        with open(os.path.join(path, file), "rb") as f, open(tmp_path / name / file, "rb") as g:
+            assert f.read() == g.read(), file
+
+
+def rss_file_kb():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("RssFile:"))
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc for resident sizes")
+def test_release_pages_drops_resident_pages_and_changes_no_batch(tmp_path):
+    """Large packs: release_pages() gives back the mapping's resident pages (file-backed
+    RSS falls) and the batches read afterwards are the same bytes (pages map again)."""
+    rng = np.random.default_rng(5)
+    items = [(rng.integers(0, 256, (64, 1024), dtype=np.uint8), [1], i) for i in range(128)]    # 8 MiB
+    om.pack(items, str(tmp_path / "p"), progress=False)
+    ds = om.PackedImageDataset(str(tmp_path / "p"), 0.5, 0.5)
+    loader = om.DataLoader(ds, om.SequentialSampler(128, 128), om.ImageBatchCollator(), seed=0)
+    first = np.asarray(loader.batch_at(0).images).tobytes()
+    touched = rss_file_kb()
+    assert ds.release_pages() is True
+    assert rss_file_kb() < touched - 4096          # most of the 8 MiB just read is given back
+    assert np.asarray(loader.batch_at(0).images).tobytes() == first

@@ -1,0 +1,104 @@
+"""Packing a folder of line images with a labels file (Pillow, the ``pack`` extra; CI installs it
+through the ``test`` extra): resizing to a fixed height, the vocabulary, the skipped-item
+report, the refusal of a labels file naming a missing image, and ``onemodel-cy pack``.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import onemodel_cy as om
+from onemodel_cy import _packfmt
+from onemodel_cy._packfmt import PackError
+from onemodel_cy.cli import main
+
+Image = pytest.importorskip("PIL.Image")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def without_fsync():
+    """These tests check the bytes written, not the disk's durability (fsync dominates)."""
+    _packfmt.FSYNC = False
+    yield
+    _packfmt.FSYNC = True
+
+
+@pytest.fixture
+def folder(tmp_path):
+    """Four PNG lines (sizes 40x10, 25x20, 7x3 and RGB 30x15), one corrupt file, a labels file."""
+    rng = np.random.default_rng(0)
+    images = tmp_path / "images"
+    images.mkdir()
+    for name, (w, h) in {"a.png": (40, 10), "b.png": (25, 20), "c.png": (7, 3)}.items():
+        Image.fromarray(rng.integers(0, 256, (h, w), dtype=np.uint8), "L").save(images / name)
+    Image.fromarray(rng.integers(0, 256, (15, 30, 3), dtype=np.uint8), "RGB").save(images / "d.png")
+    (images / "bad.png").write_bytes(b"not a png at all")
+    labels = tmp_path / "labels.txt"
+    labels.write_text("a.png\thello world\nb.png\tab\n\nbad.png\tbroken\nc.png\t \nd.png\tdab\n",
+                      encoding="utf-8")
+    return str(images), str(labels)
+
+
+def test_folder_pack_resizes_maps_text_and_reports_skips(folder, tmp_path):
+    """Writer source (a): every image is decoded to 8-bit grey and resized to the fixed
+    height keeping its aspect (width rounded half up); text becomes symbols k + 1 of the
+    sorted vocabulary written to the manifest; the corrupt file and the empty text are
+    skipped and reported by file name; keys are the file names, labels the line number."""
+    images, labels = folder
+    report = om.pack(images, str(tmp_path / "p"), labels=labels, height=8, workers=2, progress=False)
+    assert report.count == 3
+    assert sorted(s[0] for s in report.skipped) == ["bad.png", "c.png"]
+    reasons = dict(report.skipped)
+    assert reasons["c.png"] == "empty label" and reasons["bad.png"].startswith("unreadable image")
+    ds = om.PackedImageDataset(report.path, 0.0, 1.0)
+    # Built from every non-empty text before decoding: bad.png's text counts too.
+    assert ds.vocabulary == sorted(set("hello world" + "ab" + "broken" + "dab"))
+    assert ds.shapes.tolist() == [[1, 8, 32], [1, 8, 10], [1, 8, 16]]     # 40*8/10, 25*8/20=10, 30*8/15
+    assert [ds.key(i) for i in range(3)] == ["a.png", "b.png", "d.png"]
+    assert [ds.get_sample(i).label for i in range(3)] == [0, 1, 5]
+    vocab = ds.vocabulary
+    assert "".join(vocab[k - 1] for k in ds.get_sample(0).target.tolist()) == "hello world"
+    with Image.open(os.path.join(images, "d.png")) as im:
+        want = np.asarray(im.convert("L").resize((16, 8), Image.Resampling.BILINEAR))
+    assert ds.get_sample(2).image.tobytes() == om.gray8_to_planar(want, 0.0, 1.0).tobytes()
+
+
+def test_folder_pack_rgb_and_given_vocabulary(folder, tmp_path):
+    """Writer source (a) in RGB mode, with a given vocabulary: a text using a symbol outside
+    it is skipped with the symbols named."""
+    images, labels = folder
+    report = om.pack(images, str(tmp_path / "p"), labels=labels, height=6, mode="RGB", vocabulary="abd",
+                     progress=False)
+    assert report.count == 2 and dict(report.skipped)["a.png"].startswith("label uses symbols outside")
+    ds = om.PackedImageDataset(report.path, [0.4, 0.5, 0.6], [0.2, 0.3, 0.4])
+    assert ds.pixel_kind == "rgb8" and ds.shapes[:, 0].tolist() == [3, 3]
+    assert ds.get_sample(1).target.tolist() == [3, 1, 2]        # d, a, b in "abd"
+
+
+def test_labels_file_naming_a_missing_image(folder, tmp_path):
+    """Bad input: a labels file line naming a file that is not in the folder is refused
+    before anything is decoded, naming the labels file, the line and the missing path."""
+    images, labels = folder
+    with open(labels, "a", encoding="utf-8") as f:
+        f.write("gone.png\tghost\n")
+    with pytest.raises(PackError, match=r"labels\.txt, line 7: names 'gone\.png'"):
+        om.pack(images, str(tmp_path / "p"), labels=labels, progress=False)
+    assert not os.path.exists(tmp_path / "p")
+
+
+def test_cli_pack_then_train(folder, tmp_path, capsys):
+    """`onemodel-cy pack FOLDER OUT --labels FILE`: one command makes a pack the loader
+    reads through the packed view (batch_at equals the get_sample route)."""
+    images, labels = folder
+    out = str(tmp_path / "cli-pack")
+    assert main(["pack", images, out, "--labels", labels, "--height", "8", "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "packed 3 samples" in printed and "skipped bad.png" in printed
+    ds = om.PackedImageDataset(out, 0.5, 0.5)
+    loader = om.DataLoader(ds, om.SequentialSampler(3, 3), om.ImageBatchCollator(pad_value=-1.0), seed=0)
+    from onemodel_cy._fetch import build_batch
+    batch = loader.batch_at(0)
+    slow = build_batch(loader.collator, ds, np.arange(3, dtype=np.int64), 0, 0, 0, route="samples")
+    assert np.asarray(batch.images).tobytes() == np.asarray(slow.images).tobytes()

@@ -1,0 +1,149 @@
+"""A pack read through the loader's GIL-free fetch step gives the bytes of the get_sample route.
+
+The fast path of ``PackedImageDataset`` converts the stored 8-bit pixels itself (§6, D15)
+while it writes the padded batch (§4), fused with the augmentation kernel; the other route
+calls ``get_sample`` (``gray8_to_planar``/``rgb8_to_planar`` of the same pixels) and
+collates the float32 samples. Both must give the same batch, bit for bit, through
+``build_batch(route=...)`` and through ``DataLoader.batch_at``.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+import onemodel_cy as om
+from onemodel_cy import _packfmt
+from onemodel_cy._fetch import build_batch
+
+
+@pytest.fixture(autouse=True, scope="module")
+def without_fsync():
+    """These tests check the bytes written, not the disk's durability (fsync dominates)."""
+    _packfmt.FSYNC = False
+    yield
+    _packfmt.FSYNC = True
+
+MEANS = [0.0, 0.5, 0.1234567, 1e-3, 200.0, -3.25]
+STDS = [1.0, 0.25, 0.3081, 1e-4, 7.0, -0.5]
+
+
+def batch_bits(batch):
+    """Every array of a batch as raw bits (NaN-safe, -0.0 distinct from 0.0)."""
+    return (np.asarray(batch.images).view(np.uint32).tobytes(), np.asarray(batch.widths).tobytes(),
+            np.asarray(batch.targets).tobytes(), np.asarray(batch.target_lengths).tobytes(),
+            np.asarray(batch.labels).tobytes(), np.asarray(batch.indices).tobytes())
+
+
+class SamplesOnly:
+    """The pack's get_sample, without the packed view: the loader must call get_sample."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def get_sample(self, i):
+        return self.dataset.get_sample(i)
+
+
+def scale_by_draw(image, rng):
+    """A Python augmentation: the collator stages (and converts) the slot before calling it."""
+    image *= np.float32(rng.next_single())
+
+
+@st.composite
+def packs(draw):
+    kind = draw(st.sampled_from(["gray8", "rgb8", "float32"]))
+    n = draw(st.integers(1, 12))
+    height = draw(st.integers(1, 6))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    items = []
+    for i in range(n):
+        width = int(rng.integers(1, 40))
+        if kind == "gray8":
+            image = rng.integers(0, 256, (height, width), dtype=np.uint8)
+        elif kind == "rgb8":
+            image = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+        else:
+            image = rng.standard_normal((2, height, width)).astype(np.float32)
+        target = rng.integers(0, 50, int(rng.integers(0, 6)))
+        items.append((image, target, int(rng.integers(-5, 5))))
+    if kind == "float32":
+        mean = std = None
+    elif kind == "rgb8" and draw(st.booleans()):
+        mean = [draw(st.sampled_from(MEANS)) for _ in range(3)]
+        std = [draw(st.sampled_from(STDS)) for _ in range(3)]
+    else:
+        mean, std = draw(st.sampled_from(MEANS)), draw(st.sampled_from(STDS))
+    return items, mean, std
+
+
+AUGMENTATIONS = st.sampled_from(["none", "gain_offset", "noise", "python"])
+
+
+def collator(name, multiple, pad):
+    aug = {"none": None, "gain_offset": om.GainOffset(0.3, 0.2), "noise": om.GaussianNoise(0.1),
+           "python": scale_by_draw}[name]
+    return om.ImageBatchCollator(width_multiple=multiple, pad_value=pad, augmentation=aug)
+
+
+@given(packs(), AUGMENTATIONS, st.integers(1, 9), st.sampled_from([0.0, -1.0, 0.5]),
+       st.integers(0, 2**64 - 1), st.data())
+def test_packed_route_equals_samples_route(pack_spec, aug, multiple, pad, seed, data):
+    """§1/§4/§6 (D15, D17): build_batch through the packed view (8-bit pixels converted in
+    the fused kernel) equals build_batch through get_sample, for every pixel kind, mean and
+    std, augmentation kind (kernel or Python), width multiple and pad value."""
+    items, mean, std = pack_spec
+    with tempfile.TemporaryDirectory() as folder:
+        om.pack(items, os.path.join(folder, "p"), progress=False)
+        ds = om.PackedImageDataset(os.path.join(folder, "p"), mean, std)
+        n = len(items)
+        indices = np.array(data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=8)), dtype=np.int64)
+        col = collator(aug, multiple, pad)
+        epoch, step = data.draw(st.integers(0, 5)), data.draw(st.integers(0, 5))
+        fast = build_batch(col, ds, indices, seed, epoch, step, route="packed")
+        slow = build_batch(col, ds, indices, seed, epoch, step, route="samples")
+        assert batch_bits(fast) == batch_bits(slow)
+        first = data.draw(st.integers(0, len(indices) - 1))
+        part = build_batch(col, ds, indices, seed, epoch, step, start=first, route="packed")
+        assert batch_bits(part) == batch_bits(build_batch(col, ds, indices, seed, epoch, step, start=first,
+                                                          route="samples"))
+
+
+@given(packs(), st.sampled_from(["none", "gain_offset", "python"]), st.integers(0, 2**32), st.integers(0, 6))
+def test_loader_batch_at_packed_equals_get_sample_loader(pack_spec, aug, seed, g):
+    """§1: DataLoader.batch_at(g) over the pack (fast path) equals batch_at(g) of a loader
+    over a dataset offering only the pack's get_sample (the samples route)."""
+    items, mean, std = pack_spec
+    with tempfile.TemporaryDirectory() as folder:
+        om.pack(items, os.path.join(folder, "p"), progress=False)
+        ds = om.PackedImageDataset(os.path.join(folder, "p"), mean, std)
+        n = len(items)
+        batch = min(n, 3)
+        fast = om.DataLoader(ds, om.ShuffledSampler(n, batch, 7), collator(aug, 4, -1.0), seed=seed)
+        slow = om.DataLoader(SamplesOnly(ds), om.ShuffledSampler(n, batch, 7), collator(aug, 4, -1.0), seed=seed)
+        assert batch_bits(fast.batch_at(g)) == batch_bits(slow.batch_at(g))
+
+
+@given(st.sampled_from(MEANS), st.sampled_from(STDS))
+def test_fused_conversion_is_section6_of_every_byte(mean, std):
+    """§6/D15: the fast path's value for each of the 256 gray levels is p * scale - bias with
+    scale = 1/(255*std) and bias = mean/std, each rounded to float32 (numpy float32
+    arithmetic as an independent oracle), followed by the pad value."""
+    ramp = np.arange(256, dtype=np.uint8).reshape(1, 256)
+    with tempfile.TemporaryDirectory() as folder:
+        om.pack([(ramp, [1], 0)], os.path.join(folder, "p"), progress=False)
+        ds = om.PackedImageDataset(os.path.join(folder, "p"), mean, std)
+        col = om.ImageBatchCollator(width_multiple=300, pad_value=-2.0)
+        batch = build_batch(col, ds, np.zeros(1, dtype=np.int64), 0, 0, 0, route="packed")
+    s32, m32 = np.float32(std), np.float32(mean)
+    scale = np.float32(1.0) / (np.float32(255.0) * s32)
+    bias = m32 / s32
+    expected = np.full(300, -2.0, dtype=np.float32)
+    expected[:256] = ramp[0].astype(np.float32) * scale - bias
+    assert np.asarray(batch.images)[0, 0, 0].view(np.uint32).tobytes() == expected.view(np.uint32).tobytes()
