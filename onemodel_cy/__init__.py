@@ -13,7 +13,7 @@ from onemodel_cy._augment import Augmentation, GainOffset, GaussianNoise
 from onemodel_cy._batch import ImageBatch
 from onemodel_cy._collate import ImageBatchCollator
 from onemodel_cy._image import gray8_to_planar, rgb8_to_planar
-from onemodel_cy.loader import BatchStream, DataLoader, threads_available
+from onemodel_cy.loader import BatchStream, DataLoader, StuckWorkerWarning, threads_available
 
 globals().update(_STREAMS)
 
@@ -26,5 +26,5 @@ __all__ = [
     "Sample", "ArrayImageDataset", "SyntheticLineImages",
     "BufferPool", "ImageBatchCollator", "ImageBatch", "Augmentation", "GainOffset", "GaussianNoise",
     "gray8_to_planar", "rgb8_to_planar",
-    "DataLoader", "BatchStream", "threads_available",
+    "DataLoader", "BatchStream", "StuckWorkerWarning", "threads_available",
 ]

@@ -22,6 +22,7 @@ from onemodel_cy._samplers import SequentialSampler as SequentialSampler
 from onemodel_cy._samplers import ShuffledSampler as ShuffledSampler
 from onemodel_cy.loader import BatchStream as BatchStream
 from onemodel_cy.loader import DataLoader as DataLoader
+from onemodel_cy.loader import StuckWorkerWarning as StuckWorkerWarning
 from onemodel_cy.loader import threads_available as threads_available
 
 # The named streams of §2 and of this package (docs/contract.md).

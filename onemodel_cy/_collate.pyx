@@ -349,7 +349,8 @@ cdef class ImageBatchCollator:
                 pacing.give_back(baton)
             write_columns(jobs, n, block, &layout)
         if self._python_augmentation:
-            self.augment_staged(ws, n, channels, height, total_width, seed64, epoch64, step64, first_slot, baton)
+            self.augment_staged(ws, n, channels, height, total_width, seed64, epoch64, step64, first_slot, baton,
+                                epoch_value, step_value, global_step)
         with nogil:
             if pacing is not None:
                 pacing.give_back(baton)
@@ -359,10 +360,11 @@ cdef class ImageBatchCollator:
 
     cdef augment_staged(self, Workspace ws, Py_ssize_t n, Py_ssize_t channels, Py_ssize_t height,
                         Py_ssize_t total_width, u64 seed, u64 epoch, u64 step, Py_ssize_t first_slot,
-                        bint* baton):
+                        bint* baton, object epoch_value, object step_value, object global_step):
         """Stage every slot in the workspace's scratch and let the Python augmentation edit
         the copies, in the pacing's parts: copy a part without the GIL, take the baton,
-        augment it under the GIL, give the baton back for the next part's copy."""
+        augment it under the GIL, give the baton back for the next part's copy. An exception
+        from the augmentation gets the note the fetch step gives one from ``get_sample``."""
         cdef Py_ssize_t rows = channels * height
         cdef float* staged = ws.stage(checked_mul(rows, total_width, "the augmentation's staging scratch"))
         cdef Pacing pacing = ws.pacing
@@ -380,7 +382,12 @@ cdef class ImageBatchCollator:
                 if pacing is not None:
                     baton[0] = pacing.take()
             for j in range(lo, hi):
-                self.augment_slot(ws, &ws.jobs[j], channels, height, seed, epoch, step, first_slot + j)
+                try:
+                    self.augment_slot(ws, &ws.jobs[j], channels, height, seed, epoch, step, first_slot + j)
+                except Exception as error:
+                    error.add_note(f"onemodel_cy: while building {step_name(global_step, epoch_value, step_value)}, "
+                                   f"slot {first_slot + j}, dataset index {ws.jobs[j].index}")
+                    raise
 
     cdef augment_slot(self, Workspace ws, SlotJob* job, Py_ssize_t channels, Py_ssize_t height,
                       u64 seed, u64 epoch, u64 step, Py_ssize_t slot):
@@ -407,3 +414,9 @@ cdef class ImageBatchCollator:
             raise ValueError(f"slot {slot} (dataset index {job.index}): the augmentation changed its scratch "
                              f"from float32 {(channels, height, width)} to {describe(scratch)}; it may "
                              f"only edit values (use the loader's transform to change shapes)")
+
+
+cdef str step_name(global_step, epoch, step):
+    if global_step is None:
+        return f"epoch {epoch}, step {step}"
+    return f"global step {global_step} (epoch {epoch}, step {step})"

@@ -14,7 +14,7 @@ from onemodel_cy._typedefs cimport u64, i64
 from onemodel_cy._validate cimport as_index, as_u64, describe
 from onemodel_cy._rng cimport SampleRng, derive_seed, STREAM_TRANSFORM
 from onemodel_cy._datasets cimport PackedImages, PackedSource, Sample
-from onemodel_cy._collate cimport SlotJob, Workspace, ImageBatchCollator, fill_slot
+from onemodel_cy._collate cimport SlotJob, Workspace, ImageBatchCollator, fill_slot, step_name
 from onemodel_cy._pacing cimport Pacing
 
 cnp.import_array()
@@ -139,12 +139,6 @@ cdef int gather_packed(Workspace ws, const PackedImages* view, const i64* idx, P
     shape[0] = shapes[3 * first]
     shape[1] = shapes[3 * first + 1]
     return 0
-
-
-cdef str step_name(global_step, epoch, step):
-    if global_step is None:
-        return f"epoch {epoch}, step {step}"
-    return f"global step {global_step} (epoch {epoch}, step {step})"
 
 
 cdef int read_samples(Workspace ws, dataset, cnp.ndarray indices, Py_ssize_t lo, Py_ssize_t hi, transform,
