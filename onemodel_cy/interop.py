@@ -64,8 +64,8 @@ def to_jax(batch: ImageBatch, *, device: Any = None) -> Dict[str, Any]:
 
     Each array goes through DLPack (``jax.dlpack.from_dlpack``), which on JAX's CPU
     backend wraps the batch's own memory (the pool's blocks are 64-byte aligned, as XLA
-    wants). An array DLPack cannot export (a read-only one: the arrays of an unpickled
-    batch, say) is copied with ``jnp.array`` instead. JAX arrays are immutable by contract:
+    wants). An array DLPack cannot export (one made read-only: NumPy exports none through
+    the DLPack version JAX asks for) is copied with ``jnp.array`` instead. JAX arrays are immutable by contract:
     do not write to the batch's arrays while the JAX arrays made from them are in use.
     """
     import jax
