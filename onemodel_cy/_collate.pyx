@@ -18,7 +18,8 @@ from libc.string cimport memcpy
 from libc.stdlib cimport realloc, free
 
 from onemodel_cy._typedefs cimport u64, i64, i32
-from onemodel_cy._validate cimport as_index, as_size, as_u64, as_float32, describe, checked_add, checked_mul
+from onemodel_cy._validate cimport (add_note, as_index, as_size, as_u64, as_float32, describe, checked_add,
+                                     checked_mul)
 from onemodel_cy._rng cimport SampleRng, derive_seed, STREAM_AUGMENTATION
 from onemodel_cy._augment cimport Augmentation, AugmentKernel, store_row
 from onemodel_cy._bufferpool cimport BufferPool, Block
@@ -385,7 +386,7 @@ cdef class ImageBatchCollator:
                 try:
                     self.augment_slot(ws, &ws.jobs[j], channels, height, seed, epoch, step, first_slot + j)
                 except Exception as error:
-                    error.add_note(f"onemodel_cy: while building {step_name(global_step, epoch_value, step_value)}, "
+                    add_note(error, f"onemodel_cy: while building {step_name(global_step, epoch_value, step_value)}, "
                                    f"slot {first_slot + j}, dataset index {ws.jobs[j].index}")
                     raise
 

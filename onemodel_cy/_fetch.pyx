@@ -11,7 +11,7 @@ cimport numpy as cnp
 import numpy as np
 
 from onemodel_cy._typedefs cimport u64, i64
-from onemodel_cy._validate cimport as_index, as_u64, describe
+from onemodel_cy._validate cimport add_note, as_index, as_u64, describe
 from onemodel_cy._rng cimport SampleRng, derive_seed, STREAM_TRANSFORM
 from onemodel_cy._datasets cimport PackedImages, PackedSource, Sample
 from onemodel_cy._collate cimport SlotJob, Workspace, ImageBatchCollator, fill_slot, step_name
@@ -86,7 +86,7 @@ def build_batch(ImageBatchCollator collator not None, dataset, cnp.ndarray indic
             try:
                 gather_packed(ws, &view, <const i64*>cnp.PyArray_DATA(indices), lo, hi, shape)
             except Exception as error:
-                error.add_note(f"onemodel_cy: while building {step_name(global_step, epoch_value, step_value)}")
+                add_note(error, f"onemodel_cy: while building {step_name(global_step, epoch_value, step_value)}")
                 raise
         else:
             read_samples(ws, dataset, indices, lo, hi, transform, seed64, epoch64, step64, global_step,
@@ -174,7 +174,7 @@ cdef int read_samples(Workspace ws, dataset, cnp.ndarray indices, Py_ssize_t lo,
                 item = transform(item, rng)
         except BaseException as error:
             if isinstance(error, Exception):
-                error.add_note(f"onemodel_cy: while building {step_name(global_step, epoch, step)}, "
+                add_note(error, f"onemodel_cy: while building {step_name(global_step, epoch, step)}, "
                                f"slot {slot}, dataset index {index}")
             raise
         if not isinstance(item, Sample):
