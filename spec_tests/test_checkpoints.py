@@ -17,7 +17,6 @@ from dataclasses import replace
 import pytest
 from hypothesis import given, settings, strategies as st
 
-import onemodel_cy as om
 from harness import _guard  # noqa: F401  (autouse: no worker thread may outlive a test)
 from harness import (PREFETCH, WORKERS, Pipe, assert_meta, assert_no_workers, assert_ranks_compose,
                      assert_same, assert_stream_is_batch_at, drain_ok, examples, pipes)

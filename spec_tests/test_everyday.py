@@ -11,7 +11,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import warnings
 
 import numpy as np
 import pytest
