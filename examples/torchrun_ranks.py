@@ -16,6 +16,16 @@ batch locally with ``world_size=1`` and checks that the ranks' shares put side b
 exactly that batch (images compared bit for bit over each sample's real width). The
 process exits with status 1 on any mismatch, 0 otherwise.
 
+Elastic resume: the global batch at step g does not depend on the world size, so a run may
+stop at one world size and resume at another. ``--save-state PATH`` makes rank 0 write the
+stream's checkpoint (``state_dict()``, JSON) after the last step; ``--resume PATH`` starts
+every rank from such a checkpoint, whatever world size saved it
+(``loader.iter(state=...)``, which checks the pipeline), and the same comparison with the
+global batch proves that the new world receives the batches of an uninterrupted run:
+
+    torchrun --nproc_per_node=4 examples/torchrun_ranks.py --steps 6 --save-state /tmp/ranks.json
+    torchrun --nproc_per_node=2 examples/torchrun_ranks.py --steps 10 --resume /tmp/ranks.json
+
 ``--perturb-rank R`` makes rank R use another seed: the check must then fail (used by the
 test suite to show the check can fail). Run without torchrun, the script runs as a single
 rank (world size 1) without initialising torch.distributed.
@@ -23,6 +33,7 @@ rank (world size 1) without initialising torch.distributed.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -123,6 +134,10 @@ def main(argv=None):
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--perturb-rank", type=int, default=None,
                         help="this rank uses another seed, so the check must fail")
+    parser.add_argument("--save-state", metavar="PATH", default=None,
+                        help="after the last step, rank 0 writes the stream's state_dict() there (JSON)")
+    parser.add_argument("--resume", metavar="PATH", default=None,
+                        help="start at the checkpoint in PATH (saved at any world size) instead of --start-g")
     args = parser.parse_args(argv)
 
     distributed = "RANK" in os.environ and "WORLD_SIZE" in os.environ
@@ -139,9 +154,18 @@ def main(argv=None):
     loader = build_loader(seed, rank, world_size, args.workers)
     whole_loader = build_loader(args.seed, 0, 1, workers=0) if rank == 0 else None
 
-    stop = args.start_g + args.steps
+    resumed = None
+    if args.resume is not None:
+        with open(args.resume) as f:
+            resumed = json.load(f)
+        start = resumed["next_g"]
+        stream = loader.iter(state=resumed, stop_g=start + args.steps)     # checks the pipeline
+    else:
+        start = args.start_g
+        stream = loader.iter(start, start + args.steps)
+    stop = start + args.steps
     problems, compared, t0 = [], 0, time.perf_counter()
-    with loader.iter(args.start_g, stop) as stream:
+    with stream:
         for batch in stream:
             g = batch.global_step
             problems += [f"step {g}, rank {rank}: {p}" for p in check_own_padding(batch)]
@@ -151,6 +175,9 @@ def main(argv=None):
                 problems += [f"step {g}: {p}" for p in compare(shares, whole)]
                 compared += len(whole["widths"])
             batch.close()
+        if args.save_state is not None and rank == 0:
+            with open(args.save_state, "w") as f:
+                json.dump(stream.state_dict(), f)
 
     failed = torch.tensor([len(problems)], dtype=torch.int64)
     if distributed:
@@ -159,7 +186,12 @@ def main(argv=None):
         print(f"[rank {rank}] MISMATCH {p}", file=sys.stderr)
     if rank == 0:
         status = "MISMATCH" if failed.item() else "OK"
-        print(f"torchrun_ranks: {status}: world size {world_size}, steps {args.start_g}..{stop - 1} "
+        if resumed is not None:
+            print(f"torchrun_ranks: resumed at step {start} from a state saved at world size "
+                  f"{resumed.get('world_size', '?')}")
+        if args.save_state is not None:
+            print(f"torchrun_ranks: saved next_g={stop} at world size {world_size} to {args.save_state}")
+        print(f"torchrun_ranks: {status}: world size {world_size}, steps {start}..{stop - 1} "
               f"(S = {loader.steps_per_epoch} per epoch), {compared} samples compared with the global batch, "
               f"{failed.item()} problems, {time.perf_counter() - t0:.2f} s")
     if distributed:

@@ -15,7 +15,7 @@ from onemodel_cy._collate import ImageBatchCollator
 from onemodel_cy._image import gray8_to_planar, rgb8_to_planar
 from onemodel_cy._packed import PackedImageDataset
 from onemodel_cy.pack import PackError, PackReport, pack
-from onemodel_cy.loader import BatchStream, DataLoader, threads_available
+from onemodel_cy.loader import BatchStream, DataLoader, StuckWorkerWarning, threads_available
 
 globals().update(_STREAMS)
 
@@ -29,5 +29,5 @@ __all__ = [
     "BufferPool", "ImageBatchCollator", "ImageBatch", "Augmentation", "GainOffset", "GaussianNoise",
     "gray8_to_planar", "rgb8_to_planar",
     "PackedImageDataset", "pack", "PackReport", "PackError",
-    "DataLoader", "BatchStream", "threads_available",
+    "DataLoader", "BatchStream", "StuckWorkerWarning", "threads_available",
 ]

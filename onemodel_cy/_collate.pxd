@@ -58,6 +58,11 @@ cdef class ImageBatchCollator:
                              object global_step, Py_ssize_t first_slot, bint* baton)
     cdef augment_staged(self, Workspace ws, Py_ssize_t n, Py_ssize_t channels, Py_ssize_t height,
                         Py_ssize_t total_width, u64 seed, u64 epoch, u64 step, Py_ssize_t first_slot,
-                        bint* baton)
+                        bint* baton, object epoch_value, object step_value, object global_step)
     cdef augment_slot(self, Workspace ws, SlotJob* job, Py_ssize_t channels, Py_ssize_t height,
                       u64 seed, u64 epoch, u64 step, Py_ssize_t slot)
+
+
+# "global step g (epoch e, step s)", or "epoch e, step s" without a global step: the words
+# every error note of a build uses (the fetch step's and the augmentation's).
+cdef str step_name(global_step, epoch, step)

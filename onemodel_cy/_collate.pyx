@@ -18,7 +18,8 @@ from libc.string cimport memcpy
 from libc.stdlib cimport realloc, free
 
 from onemodel_cy._typedefs cimport u64, i64, i32
-from onemodel_cy._validate cimport as_index, as_size, as_u64, as_float32, describe, checked_add, checked_mul
+from onemodel_cy._validate cimport (add_note, as_index, as_size, as_u64, as_float32, describe, checked_add,
+                                     checked_mul)
 from onemodel_cy._rng cimport SampleRng, derive_seed, STREAM_AUGMENTATION
 from onemodel_cy._augment cimport Augmentation, AugmentKernel, store_row
 from onemodel_cy._bufferpool cimport BufferPool, Block
@@ -374,7 +375,8 @@ cdef class ImageBatchCollator:
                 pacing.give_back(baton)
             write_columns(jobs, n, block, &layout)
         if self._python_augmentation:
-            self.augment_staged(ws, n, channels, height, total_width, seed64, epoch64, step64, first_slot, baton)
+            self.augment_staged(ws, n, channels, height, total_width, seed64, epoch64, step64, first_slot, baton,
+                                epoch_value, step_value, global_step)
         with nogil:
             if pacing is not None:
                 pacing.give_back(baton)
@@ -384,10 +386,11 @@ cdef class ImageBatchCollator:
 
     cdef augment_staged(self, Workspace ws, Py_ssize_t n, Py_ssize_t channels, Py_ssize_t height,
                         Py_ssize_t total_width, u64 seed, u64 epoch, u64 step, Py_ssize_t first_slot,
-                        bint* baton):
+                        bint* baton, object epoch_value, object step_value, object global_step):
         """Stage every slot in the workspace's scratch and let the Python augmentation edit
         the copies, in the pacing's parts: copy a part without the GIL, take the baton,
-        augment it under the GIL, give the baton back for the next part's copy."""
+        augment it under the GIL, give the baton back for the next part's copy. An exception
+        from the augmentation gets the note the fetch step gives one from ``get_sample``."""
         cdef Py_ssize_t rows = channels * height
         cdef float* staged = ws.stage(checked_mul(rows, total_width, "the augmentation's staging scratch"))
         cdef Pacing pacing = ws.pacing
@@ -405,7 +408,12 @@ cdef class ImageBatchCollator:
                 if pacing is not None:
                     baton[0] = pacing.take()
             for j in range(lo, hi):
-                self.augment_slot(ws, &ws.jobs[j], channels, height, seed, epoch, step, first_slot + j)
+                try:
+                    self.augment_slot(ws, &ws.jobs[j], channels, height, seed, epoch, step, first_slot + j)
+                except Exception as error:
+                    add_note(error, f"onemodel_cy: while building {step_name(global_step, epoch_value, step_value)}, "
+                                   f"slot {first_slot + j}, dataset index {ws.jobs[j].index}")
+                    raise
 
     cdef augment_slot(self, Workspace ws, SlotJob* job, Py_ssize_t channels, Py_ssize_t height,
                       u64 seed, u64 epoch, u64 step, Py_ssize_t slot):
@@ -432,3 +440,9 @@ cdef class ImageBatchCollator:
             raise ValueError(f"slot {slot} (dataset index {job.index}): the augmentation changed its scratch "
                              f"from float32 {(channels, height, width)} to {describe(scratch)}; it may "
                              f"only edit values (use the loader's transform to change shapes)")
+
+
+cdef str step_name(global_step, epoch, step):
+    if global_step is None:
+        return f"epoch {epoch}, step {step}"
+    return f"global step {global_step} (epoch {epoch}, step {step})"

@@ -86,6 +86,6 @@ class SyntheticLineImages(ArrayImageDataset):
         channels: SupportsIndex = 1,
         seed: SupportsIndex = 0,
     ) -> None: ...
-    def __reduce__(
+    def __reduce__(  # type: ignore[override]  # rebuilt from its parameters, not its arrays
         self,
     ) -> tuple[type[SyntheticLineImages], tuple[int, int, int, int, int, int]]: ...

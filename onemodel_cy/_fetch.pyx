@@ -11,10 +11,10 @@ cimport numpy as cnp
 import numpy as np
 
 from onemodel_cy._typedefs cimport u64, i64
-from onemodel_cy._validate cimport as_index, as_u64, describe
+from onemodel_cy._validate cimport add_note, as_index, as_u64, describe
 from onemodel_cy._rng cimport SampleRng, derive_seed, STREAM_TRANSFORM
 from onemodel_cy._datasets cimport PackedImages, PackedSource, Sample, PIXELS_FLOAT32
-from onemodel_cy._collate cimport SlotJob, Workspace, ImageBatchCollator, fill_slot
+from onemodel_cy._collate cimport SlotJob, Workspace, ImageBatchCollator, fill_slot, step_name
 from onemodel_cy._pacing cimport Pacing
 
 cnp.import_array()
@@ -86,7 +86,7 @@ def build_batch(ImageBatchCollator collator not None, dataset, cnp.ndarray indic
             try:
                 gather_packed(ws, &view, <const i64*>cnp.PyArray_DATA(indices), lo, hi, shape)
             except Exception as error:
-                error.add_note(f"onemodel_cy: while building {step_name(global_step, epoch_value, step_value)}")
+                add_note(error, f"onemodel_cy: while building {step_name(global_step, epoch_value, step_value)}")
                 raise
         else:
             read_samples(ws, dataset, indices, lo, hi, transform, seed64, epoch64, step64, global_step,
@@ -146,12 +146,6 @@ cdef int gather_packed(Workspace ws, const PackedImages* view, const i64* idx, P
     return 0
 
 
-cdef str step_name(global_step, epoch, step):
-    if global_step is None:
-        return f"epoch {epoch}, step {step}"
-    return f"global step {global_step} (epoch {epoch}, step {step})"
-
-
 cdef int read_samples(Workspace ws, dataset, cnp.ndarray indices, Py_ssize_t lo, Py_ssize_t hi, transform,
                       u64 seed64, u64 epoch64, u64 step64, global_step, epoch, step, Py_ssize_t* shape,
                       bint* baton) except -1:
@@ -185,7 +179,7 @@ cdef int read_samples(Workspace ws, dataset, cnp.ndarray indices, Py_ssize_t lo,
                 item = transform(item, rng)
         except BaseException as error:
             if isinstance(error, Exception):
-                error.add_note(f"onemodel_cy: while building {step_name(global_step, epoch, step)}, "
+                add_note(error, f"onemodel_cy: while building {step_name(global_step, epoch, step)}, "
                                f"slot {slot}, dataset index {index}")
             raise
         if not isinstance(item, Sample):

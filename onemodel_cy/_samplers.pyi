@@ -27,9 +27,9 @@ class Sampler:
 @disjoint_base
 class _RangeSampler(Sampler):
     @property
-    def batch_size(self) -> int: ...
+    def batch_size(self) -> int: ...  # type: ignore[override]  # read-only here, settable on the base for Python subclasses
     @property
-    def steps_per_epoch(self) -> int: ...
+    def steps_per_epoch(self) -> int: ...  # type: ignore[override]  # read-only here, settable on the base for Python subclasses
     @property
     def n(self) -> int: ...
     @property
@@ -58,9 +58,9 @@ class ShuffledSampler(_RangeSampler):
 @disjoint_base
 class MixingSampler(Sampler):
     @property
-    def batch_size(self) -> int: ...
+    def batch_size(self) -> int: ...  # type: ignore[override]  # read-only here, settable on the base for Python subclasses
     @property
-    def steps_per_epoch(self) -> int: ...
+    def steps_per_epoch(self) -> int: ...  # type: ignore[override]  # read-only here, settable on the base for Python subclasses
     @property
     def seed(self) -> int: ...
     # The parsed (start, size, share) of every source, in the order given.
@@ -80,9 +80,9 @@ class MixingSampler(Sampler):
 @disjoint_base
 class BucketedSampler(Sampler):
     @property
-    def batch_size(self) -> int: ...
+    def batch_size(self) -> int: ...  # type: ignore[override]  # read-only here, settable on the base for Python subclasses
     @property
-    def steps_per_epoch(self) -> int: ...
+    def steps_per_epoch(self) -> int: ...  # type: ignore[override]  # read-only here, settable on the base for Python subclasses
     @property
     def seed(self) -> int: ...
     @property

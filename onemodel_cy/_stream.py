@@ -38,13 +38,24 @@ import threading
 import time
 import warnings
 import weakref
+from typing import TYPE_CHECKING, Any
 
 from onemodel_cy._bufferpool import PoolWindow
 from onemodel_cy._validate import check_integer
 
-__all__ = ["BatchStream"]
+if TYPE_CHECKING:
+    from onemodel_cy._batch import ImageBatch
 
-_JOIN_TIMEOUT = 10.0    # seconds, in all, to wait for workers finishing the batches they build
+__all__ = ["BatchStream", "StuckWorkerWarning"]
+
+DEFAULT_JOIN_TIMEOUT = 10.0  # seconds, in all, to wait for workers finishing the batches they build
+                             # (DataLoader's join_timeout)
+
+
+class StuckWorkerWarning(UserWarning):
+    """A worker thread was still inside dataset, transform or augmentation code when closing
+    its stream stopped waiting for it (``DataLoader(join_timeout=...)``). A ``UserWarning``,
+    so Python shows it by default (a ``ResourceWarning`` would be hidden)."""
 
 
 def _close_all(batches):
@@ -85,6 +96,7 @@ class _Engine:
         self.generation = 0           # bumped by reset: builds of an older one are discarded
         self.closed = False
         self.alive = workers
+        self.join_timeout = getattr(loader, "join_timeout", DEFAULT_JOIN_TIMEOUT)
         # Batches alive at once: the ring's slots, one per worker, the consumer's.
         self.window = PoolWindow.for_stream(loader.collator.pool, self.prefetch, workers)
         _live_engines.add(self)
@@ -281,16 +293,16 @@ class _Engine:
             return
         with self.start_lock:   # a start in progress completes; none follows (closed is set)
             pass
-        deadline = time.monotonic() + _JOIN_TIMEOUT
+        deadline = time.monotonic() + self.join_timeout
         started = [t for t in self.threads if t.ident is not None]   # none starts after close
         for thread in started:
             if thread is not current and thread.is_alive():
                 thread.join(max(0.0, deadline - time.monotonic()))
         stuck = [t.name for t in started if t.is_alive() and t is not current]
         if stuck:
-            warnings.warn(f"onemodel_cy: {stuck} still inside dataset/transform code {_JOIN_TIMEOUT} s after "
-                          f"close(); they end when that call returns (daemon threads)", ResourceWarning,
-                          stacklevel=3)
+            warnings.warn(f"onemodel_cy: {stuck} still inside dataset/transform/augmentation code "
+                          f"{self.join_timeout} s after close() (DataLoader join_timeout); they end when "
+                          f"that call returns (daemon threads)", StuckWorkerWarning, stacklevel=3)
 
 
 _live_engines: "weakref.WeakSet[_Engine]" = weakref.WeakSet()
@@ -374,16 +386,20 @@ def close_engines(loader):
 class BatchStream:
     """Batches of global steps ``[start_g, stop_g)`` in order; an iterator and a context manager.
 
-    ``next_g`` is the global step the next ``next()`` returns: pass it to
-    ``loader.iter(start_g=...)`` to resume. ``close()`` (also on leaving ``with``, or when
-    the stream is dropped) gives its worker threads back to the loader, parked for the next
-    stream, which starts at once on them (``persistent_workers=True``, the default); with
-    ``persistent_workers=False``, or after an error, it ends and joins them. The loader's
-    threads end with ``loader.close()``, on leaving ``with loader:``, or when the loader is
-    collected.
+    ``next_g`` is the global step the next ``next()`` returns. ``state_dict()`` is the
+    checkpoint; resume it with ``load_state_dict`` or ``loader.iter(state=...)``, which
+    check the pipeline (``loader.iter(start_g=next_g)`` starts at the step unchecked).
+    ``len(stream)`` is the number of batches still to come when the stream has a
+    ``stop_g`` (so progress bars show a total); an endless stream has no length.
+    ``close()`` (also on leaving ``with``, or when the stream is dropped) gives its worker
+    threads back to the loader, parked for the next stream, which starts at once on them
+    (``persistent_workers=True``, the default); with ``persistent_workers=False``, or after
+    an error, it ends and joins them. The loader's threads end with ``loader.close()``, on
+    leaving ``with loader:``, or when the loader is collected.
     """
 
-    def __init__(self, loader, start_g=0, stop_g=None, *, _epoch_pass=False):
+    def __init__(self, loader, start_g: int = 0, stop_g: "int | None" = None, *,
+                 _epoch_pass: bool = False) -> None:
         self.loader = loader
         start = check_integer(start_g, "start_g", 0)
         stop = None if stop_g is None else check_integer(stop_g, "stop_g", start)
@@ -424,10 +440,19 @@ class BatchStream:
             # builds that first step in the meantime.
             self._local = start if local else None
 
-    def __iter__(self):
+    def __iter__(self) -> "BatchStream":
         return self
 
-    def __next__(self):
+    def __len__(self) -> int:
+        """Batches still to come: ``stop_g - next_g`` (0 once closed)."""
+        if self.stop_g is None:
+            raise TypeError("an endless stream (stop_g=None) has no len(); give loader.iter() a stop_g")
+        return 0 if self._closed else self.stop_g - self.next_g
+
+    def __bool__(self) -> bool:
+        return True     # a stream is an object, not a container: `if stream:` must not call len()
+
+    def __next__(self) -> "ImageBatch":
         g = self.next_g
         if self._closed or (self.stop_g is not None and g >= self.stop_g):
             self.close()
@@ -457,7 +482,7 @@ class BatchStream:
         self.next_g = g + 1
         return batch
 
-    def close(self):
+    def close(self) -> None:
         """Stop the stream (idempotent). Its worker threads go back to the loader, parked
         for the next stream (``persistent_workers=True``, the default), or end and are joined
         (``persistent_workers=False``, or when the stream ended in an error)."""
@@ -503,22 +528,17 @@ class BatchStream:
                       DeprecationWarning, stacklevel=2)
         return self.next_g
 
-    def state_dict(self) -> dict:
-        """The whole resume state: the next global step, and the pipeline it belongs to."""
-        return {"next_g": self.next_g, "fingerprint": self.loader.fingerprint()}
+    def state_dict(self) -> "dict[str, Any]":
+        """The whole resume state: the next global step, and the pipeline it belongs to
+        (the form of ``DataLoader.state_dict()``)."""
+        return self.loader._state(self.next_g)
 
-    def load_state_dict(self, state: dict):
-        """Continue from ``state["next_g"]``; refuses a state saved by a different pipeline.
-        (A state saved before the rename, with ``"next_step"``, is read the same way.)"""
-        if isinstance(state, dict) and "next_g" not in state and "next_step" in state:
-            state = {**state, "next_g": state["next_step"]}
-        if not isinstance(state, dict) or "next_g" not in state:
-            raise TypeError(f"state must be a dict from state_dict(), received {state!r}")
-        fingerprint = state.get("fingerprint")
-        if fingerprint is not None and fingerprint != self.loader.fingerprint():
-            raise ValueError(f"refusing to resume: the state was saved by a different pipeline\n"
-                             f"  saved:   {fingerprint}\n  current: {self.loader.fingerprint()}")
-        start = check_integer(state["next_g"], "next_g", 0)
+    def load_state_dict(self, state: "dict[str, Any]") -> None:
+        """Continue from ``state["next_g"]``; refuses a state saved by a different pipeline,
+        accepts one saved at another world size, worker count or prefetch (elastic resume,
+        see ``DataLoader.load_state_dict``). (A state saved before the rename, with
+        ``"next_step"``, is read the same way.)"""
+        start = self.loader._checked_next_g(state)
         if self.stop_g is not None and start > self.stop_g:
             raise ValueError(f"next_g {start} lies beyond this stream's stop_g {self.stop_g}")
         self._restart(start)

@@ -24,3 +24,5 @@ cdef object as_integer_vector(object value, str name)
 cdef double as_real(object value, str name) except? -1
 cdef Py_ssize_t checked_mul(Py_ssize_t a, Py_ssize_t b, str what) except? -1
 cdef Py_ssize_t checked_add(Py_ssize_t a, Py_ssize_t b, str what) except? -1
+# error.add_note(note) (PEP 678), also on Python 3.10, which has no add_note.
+cdef int add_note(object error, str note) except -1

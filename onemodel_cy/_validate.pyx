@@ -126,6 +126,22 @@ cdef Py_ssize_t checked_add(Py_ssize_t a, Py_ssize_t b, str what) except? -1:
     return out
 
 
+cdef int add_note(object error, str note) except -1:
+    """``error.add_note(note)``. Python 3.10 has no ``add_note``: there the note goes to the
+    same ``__notes__`` list (PEP 678), where code and tests read it, though 3.10's own
+    tracebacks do not print it."""
+    method = getattr(error, "add_note", None)
+    if method is not None:
+        method(note)
+        return 0
+    notes = getattr(error, "__notes__", None)
+    if notes is None:
+        notes = []
+        error.__notes__ = notes
+    notes.append(note)
+    return 0
+
+
 def check_integer(value, name, minimum=None, maximum=None):
     """For pure-Python modules (the loader): ``value`` as an int in ``[minimum, maximum]``."""
     v = as_index(value, name)

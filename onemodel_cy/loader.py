@@ -8,20 +8,30 @@ any timing and any resume point.
 """
 from __future__ import annotations
 
+import re
 import sys
 import warnings
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional
+
+if TYPE_CHECKING:
+    from onemodel_cy._datasets import Sample
+    from onemodel_cy._rng import SampleRng
 
 from onemodel_cy._batch import ImageBatch
 from onemodel_cy._collate import ImageBatchCollator, Workspace
 from onemodel_cy._fetch import build_batch
 from onemodel_cy._pacing import Pacing
-from onemodel_cy._samplers import Sampler
-from onemodel_cy._stream import BatchStream, close_engines
+from onemodel_cy._samplers import (BucketedSampler, MixingSampler, Sampler, SequentialSampler,
+                                   ShuffledSampler)
+from onemodel_cy._stream import DEFAULT_JOIN_TIMEOUT, BatchStream, StuckWorkerWarning, close_engines
 from onemodel_cy._validate import check_integer
 
-__all__ = ["DataLoader", "BatchStream", "threads_available"]
+__all__ = ["DataLoader", "BatchStream", "StuckWorkerWarning", "threads_available"]
 
 _MASK64 = (1 << 64) - 1
+# What fingerprints held before elastic resume: the saver's rank and world size. Stripped
+# from a saved fingerprint, so that states saved then still load.
+_OLD_RANK_PART = re.compile(r"\|rank=\d+/\d+$")
 
 
 def threads_available() -> bool:
@@ -36,6 +46,17 @@ def _stable_name(obj) -> str:
         return text
     named = obj if hasattr(obj, "__qualname__") else type(obj)
     return f"{getattr(named, '__module__', '?')}.{named.__qualname__}"
+
+
+def _index_bound(sampler) -> Optional[int]:
+    """One past the largest dataset index ``sampler`` can produce; None where that is not
+    known before it runs (a sampler written in Python)."""
+    kind = type(sampler)
+    if kind in (SequentialSampler, ShuffledSampler, BucketedSampler):
+        return sampler.n
+    if kind is MixingSampler:
+        return max(start + size for start, size, share in sampler.sources if share > 0 and size > 0)
+    return None
 
 
 class DataLoader:
@@ -69,13 +90,28 @@ class DataLoader:
         one, which then starts without starting threads (PyTorch's option of the same name,
         here the default and for every stream). False: each stream starts its own threads
         and ends them when it closes.
+    join_timeout : float, default 10.0
+        How long, in all, closing a stream (or the loader) waits for its workers to finish
+        the batch each is building. A worker still inside ``get_sample``, the transform or
+        the augmentation after that is left to end by itself (it is a daemon thread) and
+        reported with a :class:`StuckWorkerWarning`, which Python shows by default.
 
     Notes
     -----
     ``dataset``, ``sampler``, ``collator``, ``seed``, ``transform``, ``rank`` and
     ``world_size`` are read-only: the batches are a function of them. ``workers``,
-    ``prefetch``, ``timeout`` and ``persistent_workers`` may be changed between streams.
-    A stream closed from
+    ``prefetch``, ``timeout``, ``join_timeout`` and ``persistent_workers`` may be changed
+    between streams.
+
+    A built-in sampler that can produce a dataset index past ``len(dataset)`` is refused
+    here, with a ``ValueError``; the indices of a sampler written in Python are checked as
+    each batch is built (an ``IndexError`` noting the step, slot and index).
+
+    Checkpoints (§1 resume) follow torchdata's ``StatefulDataLoader``: ``for batch in
+    loader`` is the stateful path. The loader keeps its position, the global step the next
+    pass starts at: ``state_dict()`` saves it, ``load_state_dict()`` restores it (after
+    checking the pipeline), and a pass left midway (``break``) is resumed, not restarted,
+    by the next pass. See :meth:`state_dict`. A stream closed from
     another thread (``stream.close()``, ``loader.close()``) ends as if it had run out:
     the loop over it stops without an error; compare ``stream.next_g`` with the step you
     expected to tell the two apart.
@@ -88,10 +124,13 @@ class DataLoader:
     what was built for it. A stream ending in an error ends its threads.
     """
 
-    _idle_engine = None     # the worker engine a completed `for batch in loader` pass left behind
+    _idle_engine = None     # the worker engine a closed stream left parked (persistent_workers)
 
-    def __init__(self, dataset, sampler, collator, *, seed, workers=0, prefetch=2, transform=None,
-                 rank=0, world_size=1, timeout=None, persistent_workers=True):
+    def __init__(self, dataset: Any, sampler: Sampler, collator: ImageBatchCollator, *, seed: int,
+                 workers: int = 0, prefetch: int = 2,
+                 transform: Optional[Callable[["Sample", "SampleRng"], "Sample"]] = None,
+                 rank: int = 0, world_size: int = 1, timeout: Optional[float] = None,
+                 join_timeout: float = DEFAULT_JOIN_TIMEOUT, persistent_workers: bool = True) -> None:
         if not callable(getattr(dataset, "get_sample", None)) or not hasattr(dataset, "__len__"):
             raise TypeError(f"dataset must provide __len__ and get_sample(index), received "
                             f"{type(dataset).__name__}")
@@ -125,6 +164,15 @@ class DataLoader:
         if not isinstance(persistent_workers, bool):
             raise TypeError(f"persistent_workers must be True or False, received {persistent_workers!r}")
         self.persistent_workers = persistent_workers
+        if not isinstance(join_timeout, (int, float)) or isinstance(join_timeout, bool):
+            raise TypeError(f"join_timeout must be a number of seconds, received {type(join_timeout).__name__}")
+        if not 0 <= join_timeout < float("inf"):
+            raise ValueError(f"join_timeout must be a finite number of seconds >= 0, received {join_timeout!r}")
+        self.join_timeout = float(join_timeout)
+        bound = _index_bound(sampler)
+        if bound is not None and bound > len(dataset):
+            raise ValueError(f"{sampler!r} can produce dataset indices up to {bound - 1}, past the end of "
+                             f"{_stable_name(dataset)} ({len(dataset)} samples, indices [0, {len(dataset)}))")
         share = batch_size // self.world_size
         self._slots = (self.rank * share, (self.rank + 1) * share)
         # A short last batch (drop_last=False) is shared by slot range as it stands. If the
@@ -136,7 +184,7 @@ class DataLoader:
                              f"give each of {self.world_size} ranks a share of {share}; use drop_last=True")
         # The workers' shared baton for the Python parts of a batch (see _pacing.pyx).
         self.pacing = Pacing()
-        self.epoch = 0
+        self._next_g = 0       # the stateful path's position: where the next `for batch in loader` starts
 
     dataset = property(lambda self: self._dataset, doc="The dataset (read-only).")
     sampler = property(lambda self: self._sampler, doc="The sampler (read-only).")
@@ -152,10 +200,10 @@ class DataLoader:
     def steps_per_epoch(self) -> int:
         return self.sampler.steps_per_epoch
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self.sampler.steps_per_epoch
 
-    def batch_at(self, g) -> ImageBatch:
+    def batch_at(self, g: int) -> ImageBatch:
         """Build global step ``g`` on the calling thread (what every stream yields at ``g``)."""
         g = check_integer(g, "g", 0)
         return self._build(g, self._workspace())
@@ -175,11 +223,25 @@ class DataLoader:
 
     # -- streams -------------------------------------------------------------------------
 
-    def iter(self, start_g=0, stop_g=None, **deprecated) -> "BatchStream":
+    def iter(self, start_g: int = 0, stop_g: Optional[int] = None, *,
+             state: Optional[Dict[str, Any]] = None, **deprecated: int) -> "BatchStream":
         """A stream of global steps ``[start_g, stop_g)`` (endless if ``stop_g`` is None).
 
-        Resume a run with ``loader.iter(start_g=stream.next_g)``. (``start_step`` and
-        ``stop_step`` are the deprecated names of the two arguments.)
+        Parameters
+        ----------
+        start_g : int, default 0
+            The first global step. A bare integer names a step, not a pipeline: it is not
+            checked against anything (§1: a loader started at step k yields what an
+            uninterrupted run yields from k on, whatever that run was).
+        stop_g : int, optional
+        state : dict, optional
+            A checkpoint, from ``state_dict()`` of a stream or of a loader: the stream starts
+            at its ``next_g`` after the same pipeline check as ``load_state_dict`` (a state
+            saved by a different pipeline is refused with ``ValueError``). This is the way to
+            resume a checkpoint; it excludes ``start_g``.
+
+        ``start_step`` and ``stop_step`` are the deprecated names of ``start_g`` and
+        ``stop_g`` (unchecked integers, as ``start_g``).
         """
         unknown = set(deprecated) - {"start_step", "stop_step"}
         if unknown:
@@ -191,30 +253,109 @@ class DataLoader:
             raise TypeError("DataLoader.iter() got a global step under both its name and its deprecated name")
         start_g = deprecated.get("start_step", start_g)
         stop_g = deprecated.get("stop_step", stop_g)
+        if state is not None:
+            if "start_step" in deprecated or start_g != 0:
+                raise TypeError("DataLoader.iter() takes a start step from start_g or from state, not both")
+            start_g = self._checked_next_g(state)
+            if stop_g is not None and check_integer(stop_g, "stop_g", 0) < start_g:
+                raise ValueError(f"the state's next_g {start_g} lies beyond stop_g {stop_g}")
         return BatchStream(self, start_g, stop_g)
 
-    def __iter__(self):
-        """One epoch, ``self.epoch``; a completed pass moves on to the next epoch.
+    def __iter__(self) -> Iterator[ImageBatch]:
+        """The rest of the current epoch, from the loader's position (``state_dict()["next_g"]``).
+
+        Each batch moves the position on as it is handed out, so a pass left midway
+        (``break``, an exception, ``close()`` from another thread) is resumed by the next
+        pass at the first step it did not hand out; a completed pass leaves the position at
+        the next epoch's first step.
 
         A completed pass leaves its workers to the loader, prefetching on: the next pass
-        takes over its ring, batches built ahead included. A pass left early (``break``,
-        an exception) ends its workers.
+        takes over its ring, batches built ahead included. A pass left early (``break``)
+        parks them (``persistent_workers``), with what they built for its next steps; one
+        ended by an exception ends them.
         """
-        epoch = self.epoch
+        return self._pass(self._next_g)     # the position when iter() is called, as in PyTorch
+
+    def _pass(self, start):
         S = self.steps_per_epoch
-        stream = BatchStream(self, epoch * S, (epoch + 1) * S, _epoch_pass=True)
+        stream = BatchStream(self, start, (start // S + 1) * S, _epoch_pass=True)
         try:
-            yield from stream
+            for batch in stream:
+                # Before the batch is handed out: a checkpoint taken in the loop body must
+                # count it as consumed (torchdata's convention).
+                self._next_g = batch.global_step + 1
+                yield batch
         finally:
             stream.close()
-        if stream.next_g == stream.stop_g:    # not when closed from elsewhere midway
-            self.epoch = epoch + 1
 
-    def set_epoch(self, epoch):
-        """Choose the epoch the next ``for batch in loader`` runs."""
-        self.epoch = check_integer(epoch, "epoch", 0)
+    @property
+    def epoch(self) -> int:
+        """The epoch the next ``for batch in loader`` runs (in): ``next_g // steps_per_epoch``."""
+        return self._next_g // self.steps_per_epoch
 
-    def close(self):
+    @epoch.setter
+    def epoch(self, epoch: int) -> None:
+        self.set_epoch(epoch)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Choose the epoch the next ``for batch in loader`` runs: it starts at that epoch's
+        first step, unless the loader already stands inside ``epoch`` (after
+        ``load_state_dict`` or a pass left midway), where its position is kept, so that the
+        usual ``for epoch in range(start, E): loader.set_epoch(epoch); for batch in loader``
+        loop resumes a mid-epoch checkpoint instead of restarting its epoch."""
+        epoch = check_integer(epoch, "epoch", 0)
+        if epoch != self.epoch:
+            self._next_g = epoch * self.steps_per_epoch
+
+    # -- checkpoints -----------------------------------------------------------------------
+
+    def state_dict(self) -> Dict[str, Any]:
+        """The stateful path's checkpoint: a JSON-able dict.
+
+        ``"next_g"`` is the global step the next ``for batch in loader`` starts at (counting
+        every batch handed out so far, the one being used in the loop body included);
+        ``"fingerprint"`` names the pipeline (see :meth:`fingerprint`); ``"world_size"``
+        and ``"rank"`` record who saved it, for information. A stream's ``state_dict()``
+        has the same form: either kind loads into either kind, and into ``iter(state=...)``.
+        """
+        return self._state(self._next_g)
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Move the stateful path to ``state["next_g"]``, after checking that ``state`` was
+        saved by this pipeline (``ValueError`` otherwise; ``TypeError`` for something that is
+        not such a dict). The next ``for batch in loader`` runs from there to the end of its
+        epoch.
+
+        Elastic resume: the global batch at ``g`` does not depend on the world size, the
+        worker count or the prefetch depth, so a state saved at another ``world_size`` (and
+        rank), or with other ``workers`` / ``prefetch``, is accepted, and the ranks of the
+        new world receive their shares of the very global batches the old one would have
+        received. What must match is the pipeline: sampler (global batch size included),
+        dataset type and size, collator, seed, transform.
+        """
+        self._next_g = self._checked_next_g(state)
+
+    def _state(self, next_g: int) -> Dict[str, Any]:
+        return {"next_g": next_g, "fingerprint": self.fingerprint(), "world_size": self.world_size,
+                "rank": self.rank}
+
+    def _checked_next_g(self, state) -> int:
+        """``state``'s next global step, once ``state`` is known to belong to this pipeline."""
+        if isinstance(state, dict) and "next_g" not in state and "next_step" in state:
+            state = {**state, "next_g": state["next_step"]}     # saved before the rename
+        if not isinstance(state, dict) or "next_g" not in state:
+            raise TypeError(f"state must be a dict from state_dict(), received {state!r}")
+        saved = state.get("fingerprint")
+        if saved is not None:
+            if not isinstance(saved, str):
+                raise TypeError(f"state['fingerprint'] must be a str, received {type(saved).__name__}")
+            current = self.fingerprint()
+            if _OLD_RANK_PART.sub("", saved) != current:
+                raise ValueError(f"refusing to resume: the state was saved by a different pipeline\n"
+                                 f"  saved:   {saved}\n  current: {current}")
+        return check_integer(state["next_g"], "next_g", 0)
+
+    def close(self) -> None:
         """End every worker thread of this loader: those kept between passes of
         ``for batch in loader`` and those of its open streams (which then stop). The loader
         stays usable; a later stream starts new threads."""
@@ -241,8 +382,9 @@ class DataLoader:
 
     def fingerprint(self) -> str:
         """The pipeline's configuration (sampler, dataset type and size, collator, seed,
-        transform, rank), to refuse resuming into a different one. It does not hash the
-        dataset's contents or a bucketed sampler's lengths.
+        transform), to refuse resuming into a different one. It does not hash the
+        dataset's contents or a bucketed sampler's lengths. It leaves out what the global
+        batches do not depend on: rank, world size, workers, prefetch (elastic resume).
 
         Stable across processes: objects whose ``repr`` shows a memory address are named
         by module and qualified name instead.
@@ -251,10 +393,11 @@ class DataLoader:
         return (f"{self.sampler!r}|{_stable_name(self.dataset)}[{len(self.dataset)}]|"
                 f"width_multiple={c.width_multiple},pad_value={c.pad_value!r},"
                 f"augmentation={_stable_name(c.augmentation)}|seed={self.seed}|"
-                f"transform={_stable_name(self.transform)}|rank={self.rank}/{self.world_size}")
+                f"transform={_stable_name(self.transform)}")
 
     def __repr__(self):
         return (f"DataLoader(dataset={self.dataset!r}, sampler={self.sampler!r}, collator={self.collator!r}, "
                 f"seed={self.seed}, workers={self.workers}, prefetch={self.prefetch}, "
                 f"transform={self.transform!r}, rank={self.rank}, world_size={self.world_size}, "
-                f"timeout={self.timeout}, persistent_workers={self.persistent_workers})")
+                f"timeout={self.timeout}, join_timeout={self.join_timeout}, "
+                f"persistent_workers={self.persistent_workers})")

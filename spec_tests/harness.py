@@ -415,6 +415,18 @@ class FailingDataset(PyDataset):
         return self.inner.get_sample(index)
 
 
+class _PythonSampler(om.Sampler):
+    """A built-in sampler's batches through a sampler written in Python."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.batch_size = inner.batch_size
+        self.steps_per_epoch = inner.steps_per_epoch
+
+    def indices(self, epoch, step):
+        return self.inner.indices(epoch, step)
+
+
 def _failing_case(kind, pipe, g, slot, delay, workers, prefetch):
     """(loader, expected exception type, check(error), failing step) for a failure at step g, slot."""
     base = pipe.base_dataset()
@@ -448,8 +460,10 @@ def _failing_case(kind, pipe, g, slot, delay, workers, prefetch):
             assert f"step {g}" in message and f"slot {slot}" in message, message
         return loader, TypeError, check, g
 
-    # an index the dataset rejects: a sequential sampler walks past the end of a shorter dataset
-    full = om.SequentialSampler(pipe.count, pipe.batch_size)
+    # an index the dataset rejects: a sequential walk past the end of a shorter dataset. The
+    # walk is a Python sampler, whose range the loader cannot know when it is built (a
+    # built-in sampler reaching past the dataset is refused then: issue 10).
+    full = _PythonSampler(om.SequentialSampler(pipe.count, pipe.batch_size))
     short_length = full.steps_per_epoch * pipe.batch_size - 1 - slot
     short = om.SyntheticLineImages(short_length, pipe.height, pipe.min_width, pipe.max_width,
                                    pipe.channels, pipe.ds_seed)
