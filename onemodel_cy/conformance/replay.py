@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from onemodel_cy.conformance.textlines import replay_textlines
 from onemodel_cy.conformance.codec import (BATCH_FIELDS, build_augmentation, build_gain_offset_copy, build_sampler,
                                            encode_batch, encode_draw, f32_array, f32_array_from, from_f64_hex, ints)
 
@@ -192,6 +193,7 @@ def _stream(api, inp):
 _OPS = {"draws": _draws, "sequence": _sequence, "mix": _mix, "derive": _derive, "table": _table,
         "points": _points, "sampler": _sampler, "sampler_error": _sampler_error, "collate": _collate,
         "gray8": _planar, "rgb8": _planar, "synthetic": _synthetic, "stream": _stream}
+_OPS["textlines"] = replay_textlines    # SyntheticTextLines: its own module (conformance/textlines.py)
 
 
 def differences(expected, got, path="output"):
