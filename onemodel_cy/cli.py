@@ -57,7 +57,11 @@ def _show(args) -> int:
     sampler = om.ShuffledSampler(len(dataset), args.batch_size, seed=args.seed)
     collator = om.ImageBatchCollator(width_multiple=args.width_multiple)
     loader = om.DataLoader(dataset, sampler, collator, seed=args.seed)
-    width, height = save_steps(loader, args.g, args.steps, args.out, zoom=args.zoom)
+    try:
+        width, height = save_steps(loader, args.g, args.steps, args.out, zoom=args.zoom)
+    except ImportError as error:         # Pillow missing: say how to get it, without a traceback
+        print(f"onemodel-cy show: {error}", file=sys.stderr)
+        return 2
     print(f"wrote {args.out} ({width}x{height} px): global steps {args.g}..{args.g + args.steps - 1} of "
           f"{type(dataset).__name__}, {args.batch_size} images each, padding hatched in magenta")
     return 0
@@ -119,6 +123,10 @@ def main(argv=None) -> int:
     _add_show(commands)
     args = parser.parse_args(argv)
     if args.command == "show":
+        if args.g < 0 or args.steps < 1 or args.batch_size < 1 or args.count < args.batch_size or not 1 <= args.zoom <= 32:
+            parser.error(f"show needs --g >= 0, --steps >= 1, 1 <= --batch-size <= --count and 1 <= --zoom <= 32, "
+                         f"received --g {args.g} --steps {args.steps} --batch-size {args.batch_size} "
+                         f"--count {args.count} --zoom {args.zoom}")
         return _show(args)
     if args.steps < 2 or args.workers < 0:
         parser.error(f"demo needs --steps >= 2 and --workers >= 0, received --steps {args.steps} "

@@ -125,7 +125,7 @@ def test_three_channel_images_and_a_batch_without_padding(tmp_path):
 def test_refusals():
     """Concern: pictures of batches, the exception rule: no batch, a zoom outside [1, 32] or
     steps < 1 is a ValueError, a zoom that is not an integer a TypeError, each naming what
-    was received."""
+    was received; the command refuses the same through argparse (exit status 2)."""
     loader = _loader(om.SyntheticTextLines(10))
     with pytest.raises(ValueError, match="at least one batch"):
         show.render([])
@@ -135,3 +135,7 @@ def test_refusals():
         show.render([loader.batch_at(0)], zoom=2.0)
     with pytest.raises(ValueError, match="steps"):
         show.save_steps(loader, 0, 0, "unused.png")
+    for argv in (["--steps", "0"], ["--g", "-1"], ["--zoom", "0"], ["--batch-size", "9", "--count", "8"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["show", "--out", "unused.png", *argv])
+        assert exit_info.value.code == 2
