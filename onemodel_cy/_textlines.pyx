@@ -131,7 +131,9 @@ cdef void render(float* px, u64 state, i64 height, i64 width, i64 scale, float n
     cdef float v, ink
     for p in range(n):
         v = noise * (draw_single(&state) - HALF)
-        px[p] = <float>0.0 + v           # the contract's f32(ink + v) with ink = 0 (keeps -0 as +0)
+        # The contract's f32(ink + v) with ink = 0: a -0.0 noise value becomes +0.0 (no
+        # compiler folds 0 + v to v without -fno-signed-zeros; the no_noise vector pins it).
+        px[p] = <float>0.0 + v
     for k in range(length):
         ink = inks[k]
         for r in range(GLYPH_H * scale):
@@ -140,6 +142,7 @@ cdef void render(float* px, u64 state, i64 height, i64 width, i64 scale, float n
             for c in range(GLYPH_W * scale):
                 if bits & (16 >> (c // scale)):
                     xx = xs[k] + c
+                    # ink + (0 + v) equals ink + v: they differ only in the sign of a zero v.
                     px[yy * width + xx] = ink + px[yy * width + xx]
 
 
