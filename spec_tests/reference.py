@@ -9,6 +9,8 @@ vectors in ``onemodel_cy/conformance/vectors/``.  It transcribes, as plainly as 
 * §6 the 8-bit image helpers (D15, D16);
 * ``docs/contract.md``: the built-in augmentations GainOffset / GaussianNoise and the
   SyntheticLineImages dataset.
+* ``docs/contract.md``: the learnable SyntheticTextLines dataset (``textlines_sample``), at
+  the end of this file.
 
 Conventions
 -----------
