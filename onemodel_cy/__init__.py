@@ -8,6 +8,7 @@ from onemodel_cy._permute import keyed_permutation, permutation
 from onemodel_cy._samplers import (BucketedSampler, MixingSampler, Sampler, SequentialSampler,
                                    ShuffledSampler)
 from onemodel_cy._datasets import ArrayImageDataset, Sample, SyntheticLineImages
+from onemodel_cy._textlines import SyntheticTextLines
 from onemodel_cy._bufferpool import BufferPool
 from onemodel_cy._augment import Augmentation, GainOffset, GaussianNoise
 from onemodel_cy._batch import ImageBatch
@@ -25,7 +26,7 @@ __all__ = [
     "mix", "derive", "SampleRng", *sorted(_STREAMS),
     "keyed_permutation", "permutation",
     "Sampler", "SequentialSampler", "ShuffledSampler", "MixingSampler", "BucketedSampler",
-    "Sample", "ArrayImageDataset", "SyntheticLineImages",
+    "Sample", "ArrayImageDataset", "SyntheticLineImages", "SyntheticTextLines",
     "BufferPool", "ImageBatchCollator", "ImageBatch", "Augmentation", "GainOffset", "GaussianNoise",
     "gray8_to_planar", "rgb8_to_planar",
     "PackedImageDataset", "pack", "PackReport", "PackError",

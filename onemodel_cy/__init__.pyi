@@ -8,6 +8,7 @@ from onemodel_cy._collate import ImageBatchCollator as ImageBatchCollator
 from onemodel_cy._datasets import ArrayImageDataset as ArrayImageDataset
 from onemodel_cy._datasets import Sample as Sample
 from onemodel_cy._datasets import SyntheticLineImages as SyntheticLineImages
+from onemodel_cy._textlines import SyntheticTextLines as SyntheticTextLines
 from onemodel_cy._image import gray8_to_planar as gray8_to_planar
 from onemodel_cy._image import rgb8_to_planar as rgb8_to_planar
 from onemodel_cy._packed import PackedImageDataset as PackedImageDataset

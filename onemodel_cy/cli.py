@@ -68,6 +68,45 @@ def _demo(args) -> int:
     return 0
 
 
+def _show(args) -> int:
+    """Render the batches of global steps g .. g+steps-1 of a small pipeline to a PNG."""
+    import onemodel_cy as om
+    from onemodel_cy.show import save_steps
+
+    if args.dataset == "textlines":
+        dataset = om.SyntheticTextLines(args.count, seed=args.seed)
+    else:
+        dataset = om.SyntheticLineImages(args.count, height=32, min_width=64, max_width=256, seed=args.seed)
+    sampler = om.ShuffledSampler(len(dataset), args.batch_size, seed=args.seed)
+    collator = om.ImageBatchCollator(width_multiple=args.width_multiple)
+    loader = om.DataLoader(dataset, sampler, collator, seed=args.seed)
+    try:
+        width, height = save_steps(loader, args.g, args.steps, args.out, zoom=args.zoom)
+    except ImportError as error:         # Pillow missing: say how to get it, without a traceback
+        print(f"onemodel-cy show: {error}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.out} ({width}x{height} px): global steps {args.g}..{args.g + args.steps - 1} of "
+          f"{type(dataset).__name__}, {args.batch_size} images each, padding hatched in magenta")
+    return 0
+
+
+def _add_show(commands):
+    show = commands.add_parser("show", help="render batches to a PNG, padding marked (needs Pillow: the show extra)",
+                               description="Render the batches of global steps g..g+steps-1 to a PNG: each image "
+                                           "with its padding hatched in magenta, its width, target (through the "
+                                           "dataset's vocabulary), label and dataset index.")
+    show.add_argument("--out", default="batch.png", help="the PNG to write (default batch.png)")
+    show.add_argument("--dataset", choices=["textlines", "lines"], default="textlines",
+                      help="SyntheticTextLines (default) or SyntheticLineImages")
+    show.add_argument("--g", type=int, default=0, help="first global step (default 0)")
+    show.add_argument("--steps", type=int, default=1, help="how many steps, one batch each (default 1)")
+    show.add_argument("--batch-size", type=int, default=6, help="images per batch (default 6)")
+    show.add_argument("--count", type=int, default=256, help="dataset size (default 256)")
+    show.add_argument("--seed", type=int, default=0, help="dataset, sampler and loader seed (default 0)")
+    show.add_argument("--width-multiple", type=int, default=8, help="collator width multiple (default 8)")
+    show.add_argument("--zoom", type=int, default=3, help="figure pixels per image pixel (default 3)")
+
+
 BENCH_HOWTO = """The benchmarks are not installed with the package. In a source checkout, with the package
 importable from it (pip install -e . there, or python setup.py build_ext --inplace and
 PYTHONPATH=.), run:
@@ -130,9 +169,16 @@ def main(argv=None) -> int:
     commands.add_parser("bench", help="how to run the benchmarks from a source checkout")
     commands.add_parser("conformance", help="known-answer vectors for ports, and the checker (--help)")
     add_pack_parser(commands)
+    _add_show(commands)
     args = parser.parse_args(argv)
     if args.command == "pack":
         return _pack(args)
+    if args.command == "show":
+        if args.g < 0 or args.steps < 1 or args.batch_size < 1 or args.count < args.batch_size or not 1 <= args.zoom <= 32:
+            parser.error(f"show needs --g >= 0, --steps >= 1, 1 <= --batch-size <= --count and 1 <= --zoom <= 32, "
+                         f"received --g {args.g} --steps {args.steps} --batch-size {args.batch_size} "
+                         f"--count {args.count} --zoom {args.zoom}")
+        return _show(args)
     if args.steps < 2 or args.workers < 0:
         parser.error(f"demo needs --steps >= 2 and --workers >= 0, received --steps {args.steps} "
                      f"--workers {args.workers}")

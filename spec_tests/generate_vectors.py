@@ -30,6 +30,7 @@ sys.path.insert(0, HERE)
 
 import reference as R  # noqa: E402
 import vector_additions  # noqa: E402
+from generate_textlines_vectors import build_textlines  # noqa: E402,F401  (writes textlines.json)
 
 
 def _load_codec():

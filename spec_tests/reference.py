@@ -9,6 +9,8 @@ vectors in ``onemodel_cy/conformance/vectors/``.  It transcribes, as plainly as 
 * §6 the 8-bit image helpers (D15, D16);
 * ``docs/contract.md``: the built-in augmentations GainOffset / GaussianNoise and the
   SyntheticLineImages dataset.
+* ``docs/contract.md``: the learnable SyntheticTextLines dataset (``textlines_sample``), at
+  the end of this file.
 
 Conventions
 -----------
@@ -632,3 +634,102 @@ def raw_layout_allowed(size, height, width, stride, channels) -> bool:
     ``(height - 1) * stride + width * channels`` bytes in the buffer."""
     row = width * channels
     return stride >= row and size >= (height - 1) * stride + row
+
+
+# ---------------------------------------------------------------------------
+# contract.md: SyntheticTextLines (a transcription of its section, glyph by glyph)
+# ---------------------------------------------------------------------------
+
+STREAM_TEXT_LAYOUT = 4
+STREAM_TEXT_PIXELS = 5
+TEXT_GLYPHS = "0123456789ABCDEF"
+# The 5x7 font of contract.md, rows top to bottom, bit 4 = leftmost column.
+TEXT_FONT = {
+    "0": (0x0E, 0x11, 0x13, 0x15, 0x19, 0x11, 0x0E), "1": (0x04, 0x0C, 0x04, 0x04, 0x04, 0x04, 0x0E),
+    "2": (0x0E, 0x11, 0x01, 0x02, 0x04, 0x08, 0x1F), "3": (0x1F, 0x02, 0x04, 0x02, 0x01, 0x11, 0x0E),
+    "4": (0x02, 0x06, 0x0A, 0x12, 0x1F, 0x02, 0x02), "5": (0x1F, 0x10, 0x1E, 0x01, 0x01, 0x11, 0x0E),
+    "6": (0x06, 0x08, 0x10, 0x1E, 0x11, 0x11, 0x0E), "7": (0x1F, 0x01, 0x02, 0x04, 0x08, 0x08, 0x08),
+    "8": (0x0E, 0x11, 0x11, 0x0E, 0x11, 0x11, 0x0E), "9": (0x0E, 0x11, 0x11, 0x0F, 0x01, 0x02, 0x0C),
+    "A": (0x0E, 0x11, 0x11, 0x1F, 0x11, 0x11, 0x11), "B": (0x1E, 0x11, 0x11, 0x1E, 0x11, 0x11, 0x1E),
+    "C": (0x0E, 0x11, 0x10, 0x10, 0x10, 0x11, 0x0E), "D": (0x1C, 0x12, 0x11, 0x11, 0x11, 0x12, 0x1C),
+    "E": (0x1F, 0x10, 0x10, 0x1E, 0x10, 0x10, 0x1F), "F": (0x1F, 0x10, 0x10, 0x1E, 0x10, 0x10, 0x10),
+}
+
+
+def _text_params(height, min_length, max_length, num_symbols, scale, noise):
+    """The argument checks of contract.md's SyntheticTextLines section."""
+    scale = _as_int(scale, "scale")
+    if not 1 <= scale <= 64:
+        raise ValueError(f"scale must lie in [1, 64], got {scale!r}")
+    height = _as_int(height, "height")
+    if not 7 * scale <= height <= 4096:
+        raise ValueError(f"height must lie in [7 * scale, 4096], got {height!r}")
+    min_length, max_length = _as_int(min_length, "min_length"), _as_int(max_length, "max_length")
+    if not 1 <= min_length <= max_length <= 4096:
+        raise ValueError(f"need 1 <= min_length <= max_length <= 4096, got {min_length}, {max_length}")
+    num_symbols = _as_int(num_symbols, "num_symbols")
+    if not 1 <= num_symbols <= 16:
+        raise ValueError(f"num_symbols must lie in [1, 16], got {num_symbols!r}")
+    noise32 = f32(noise)
+    if not (math.isfinite(noise32) and noise32 >= 0):
+        raise ValueError(f"noise must be finite and >= 0, got {noise!r}")
+    return height, min_length, max_length, num_symbols, scale, noise32
+
+
+def textlines_sample(i, height=24, min_length=1, max_length=6, num_symbols=10, scale=2, noise=0.5,
+                     seed=0):
+    """Sample ``i`` of SyntheticTextLines: (image float32 [1,H,W], target int32, label)."""
+    i = _non_negative(i, "i")
+    height, min_length, max_length, num_symbols, s, noise32 = _text_params(
+        height, min_length, max_length, num_symbols, scale, noise)
+    r = SampleRng(derive(seed, 0, i, 0, STREAM_TEXT_LAYOUT))
+    length = min_length + r.next_int(max_length - min_length + 1)
+    target = [1 + r.next_int(num_symbols) for _ in range(length)]
+    glyphs = []                                  # (x, y, ink) of each glyph
+    x = s
+    for k in range(length):
+        gap = r.next_int(2 * s + 1)
+        y = r.next_int(height - 7 * s + 1)
+        ink = f32(f32(0.5) + f32(f32(0.5) * r.next_single()))
+        x = x + (6 * s if k > 0 else 0) + gap
+        glyphs.append((x, y, ink))
+    width = x + 6 * s + r.next_int(2 * s + 1)
+    ink_plane = np.zeros((height, width), dtype=np.float32)
+    for symbol, (x0, y0, ink) in zip(target, glyphs):
+        rows = TEXT_FONT[TEXT_GLYPHS[symbol - 1]]
+        for yy in range(7 * s):
+            for xx in range(5 * s):
+                if rows[yy // s] >> (4 - xx // s) & 1:
+                    ink_plane[y0 + yy, x0 + xx] = ink
+    p = SampleRng(derive(seed, 0, i, 0, STREAM_TEXT_PIXELS))
+    u = _singles_bulk(p, height * width).reshape(height, width)
+    v = np.multiply(noise32, np.subtract(u, f32(0.5), dtype=np.float32), dtype=np.float32)
+    image = np.add(ink_plane, v, dtype=np.float32)
+    return image[None, :, :], np.array(target, dtype=np.int32), length
+
+
+class TextLineSample:
+    """What the oracle's ``SyntheticTextLines.get_sample`` returns (image, target, label)."""
+
+    def __init__(self, image, target, label):
+        self.image, self.target, self.label = image, target, label
+
+
+class SyntheticTextLines:
+    """The oracle's dataset: ``get_sample(i)`` is ``textlines_sample(i, ...)`` (replay needs a class)."""
+
+    def __init__(self, count, height=24, min_length=1, max_length=6, num_symbols=10, scale=2,
+                 noise=0.5, seed=0):
+        self.count = _positive(count, "count")
+        self.params = dict(height=height, min_length=min_length, max_length=max_length,
+                           num_symbols=num_symbols, scale=scale, noise=noise, seed=seed)
+        _text_params(height, min_length, max_length, num_symbols, scale, noise)
+        self.vocabulary = ("<blank>",) + tuple(TEXT_GLYPHS[:int(num_symbols)])
+
+    def __len__(self):
+        return self.count
+
+    def get_sample(self, i):
+        if not 0 <= _as_int(i, "i") < self.count:
+            raise IndexError(f"index must lie in [0, {self.count}), got {i!r}")
+        return TextLineSample(*textlines_sample(i, **self.params))

@@ -22,6 +22,7 @@ import numpy as np
 # The vector files, in the order they are listed, written and checked.
 VECTOR_FILES = ("rng.json", "permutation.json", "samplers.json", "collate.json", "image.json",
                 "synthetic.json", "stream.json")
+VECTOR_FILES += ("textlines.json",)     # SyntheticTextLines (spec_tests/generate_textlines_vectors.py)
 
 # The six arrays of a collated batch (§4), in the order the contract lists them.
 BATCH_FIELDS = ("images", "widths", "targets", "target_lengths", "labels", "indices")

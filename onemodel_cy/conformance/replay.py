@@ -12,6 +12,7 @@ import hashlib
 
 import numpy as np
 
+from onemodel_cy.conformance.textlines import replay_textlines
 from onemodel_cy.conformance.codec import (BATCH_FIELDS, batch_digest, build_augmentation, build_gain_offset_copy,
                                            build_sampler, cumulative_bounds, encode_batch, encode_draw, f32_array,
                                            f32_array_data, f32_array_from, f32_hex, f64_hex, from_f64_hex, ints)
@@ -342,6 +343,7 @@ _OPS = {"draws": _draws, "sequence": _sequence, "mix": _mix, "derive": _derive, 
         "points": _points, "sampler": _sampler, "sampler_error": _sampler_error, "collate": _collate,
         "gray8": _planar, "rgb8": _planar, "synthetic": _synthetic, "stream": _stream,
         "mixing_pick": _mixing_pick, "stream_iter": _stream_iter, "stream_digest": _stream_digest}
+_OPS["textlines"] = replay_textlines    # SyntheticTextLines: its own module (conformance/textlines.py)
 
 
 LONGEST = 80    # characters of a value shown in a message

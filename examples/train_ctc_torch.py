@@ -1,0 +1,245 @@
+"""Train a small CRNN with CTC on SyntheticTextLines, on the CPU, and resume it bit for bit.
+
+    python examples/train_ctc_torch.py                       # train, report the held-out CER
+    python examples/train_ctc_torch.py --steps 600 --stop-at 300 --checkpoint run.pt
+    python examples/train_ctc_torch.py --steps 600 --resume run.pt      # a new process goes on
+
+The data come from ``onemodel_cy.DataLoader`` with worker threads: lines of 1 to 5 digits
+(``SyntheticTextLines``, 20 pixels high), shuffled, padded to a width multiple of 4. The
+model is three conv blocks, a bidirectional GRU and a linear layer over 11 classes (the CTC
+blank and ten digits), trained with ``torch.nn.CTCLoss`` and Adam. Every ``--eval-every``
+steps, and at the end, it decodes a held-out set (another seed of the dataset) greedily and
+prints the character error rate (edit distance / target characters).
+
+A checkpoint (``torch.save``) holds the model, the optimizer, the learning-rate schedule
+and the loader's resume state. Because batch ``g`` is a pure function of ``(seed, g)``
+(§1) and torch runs deterministically here (``torch.manual_seed``,
+``torch.use_deterministic_algorithms(True)``, a fixed ``torch.set_num_threads``), a run
+stopped after step k and resumed in a new process gives, after k, the losses of the
+uninterrupted run bit for bit. ``--losses-out FILE`` writes each step's loss as
+``float.hex`` so that runs can be compared exactly (``spec_tests/test_train_example.py``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import torch
+from torch import nn
+
+import onemodel_cy as om
+from onemodel_cy.interop import to_torch
+
+HEIGHT, MAX_LENGTH, NUM_SYMBOLS, SCALE, NOISE = 20, 5, 10, 2, 0.5
+DOWNSAMPLE = 4          # the model's width stride: one output frame per 4 pixels
+
+
+# -- data ------------------------------------------------------------------------------
+
+def make_dataset(count, seed):
+    return om.SyntheticTextLines(count, height=HEIGHT, min_length=1, max_length=MAX_LENGTH,
+                                 num_symbols=NUM_SYMBOLS, scale=SCALE, noise=NOISE, seed=seed)
+
+
+def make_loader(dataset, batch_size, seed, workers, shuffle=True):
+    sampler = (om.ShuffledSampler(len(dataset), batch_size, seed=seed) if shuffle
+               else om.SequentialSampler(len(dataset), batch_size, drop_last=False))
+    collator = om.ImageBatchCollator(width_multiple=DOWNSAMPLE)
+    return om.DataLoader(dataset, sampler, collator, seed=seed, workers=workers, prefetch=4)
+
+
+# The loader's resume state lives in these two functions. Today it is the stream's own
+# state_dict() (next global step + pipeline fingerprint) and loader.iter(start_g=...);
+# with loader.state_dict()/load_state_dict() (issue 10 item 3) they become
+# `return loader.state_dict()` and `loader.load_state_dict(state)`.
+def loader_state(stream):
+    """What a checkpoint keeps of the loader: the next global step and the pipeline's fingerprint."""
+    return stream.state_dict()
+
+
+def resume_stream(loader, state, stop_g):
+    """A stream that goes on at ``state`` (refused if the pipeline differs from the saved one)."""
+    start = 0 if state is None else state["next_g"]
+    stream = loader.iter(start_g=start, stop_g=stop_g)
+    if state is not None:
+        stream.load_state_dict(state)     # checks the fingerprint
+    return stream
+
+
+# -- model -----------------------------------------------------------------------------
+
+class CRNN(nn.Module):
+    """Three conv blocks (the width shrinks 4x), a bidirectional GRU, per-frame logits."""
+
+    def __init__(self, classes, channels=(16, 32, 64), hidden=64):
+        super().__init__()
+        c1, c2, c3 = channels
+        self.features = nn.Sequential(
+            nn.Conv2d(1, c1, 3, padding=1), nn.BatchNorm2d(c1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(c1, c2, 3, padding=1), nn.BatchNorm2d(c2), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(c2, c3, 3, padding=1), nn.BatchNorm2d(c3), nn.ReLU(), nn.MaxPool2d((HEIGHT // 4, 1)))
+        self.rnn = nn.GRU(c3, hidden, batch_first=True, bidirectional=True)
+        self.head = nn.Linear(2 * hidden, classes)
+
+    def forward(self, images):
+        x = self.features(images)                     # [B, C, 1, W/4]
+        x = x.squeeze(2).transpose(1, 2)              # [B, W/4, C]
+        x, _ = self.rnn(x)
+        return self.head(x)                           # [B, T, classes]
+
+
+def ctc_inputs(tensors):
+    """The padded batch as CTC wants it: images, flat targets and both length vectors."""
+    images = tensors["images"]
+    frame_lengths = (tensors["widths"] // DOWNSAMPLE).long()   # frames of each line's real width
+    return images, tensors["targets"].long(), frame_lengths, tensors["target_lengths"].long()
+
+
+# -- evaluation -------------------------------------------------------------------------
+
+def greedy_decode(logits, frame_lengths):
+    """Best path: the most likely class per frame, repeats merged, blanks (0) dropped."""
+    best = logits.argmax(-1)
+    out = []
+    for row, n in zip(best.tolist(), frame_lengths.tolist()):
+        seq, previous = [], 0
+        for c in row[:n]:
+            if c != previous and c != 0:
+                seq.append(c)
+            previous = c
+        out.append(seq)
+    return out
+
+
+def edit_distance(a, b):
+    row = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, y in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (x != y))
+    return row[-1]
+
+
+def character_error_rate(model, loader):
+    """Held-out CER: total edit distance over total target characters."""
+    model.eval()
+    errors = total = 0
+    with torch.no_grad(), loader.iter(0, len(loader)) as stream:
+        for batch in stream:
+            with batch:
+                tensors = to_torch(batch)
+                images, targets, frames, lengths = ctc_inputs(tensors)
+                decoded = greedy_decode(model(images), frames)
+                offsets = [0] + torch.cumsum(lengths, 0).tolist()
+                for k, seq in enumerate(decoded):
+                    truth = targets[offsets[k]:offsets[k + 1]].tolist()
+                    errors += edit_distance(seq, truth)
+                    total += len(truth)
+    model.train()
+    return errors / total
+
+
+# -- training ---------------------------------------------------------------------------
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=400, help="total training steps (global steps 0..steps-1)")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--train-size", type=int, default=12800, help="training lines (dataset seed --seed)")
+    p.add_argument("--eval-size", type=int, default=1000, help="held-out lines (dataset seed --seed + 1)")
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--workers", type=int, default=2, help="loader worker threads")
+    p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (fixed: determinism)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--eval-every", type=int, default=100, help="held-out CER every N steps (0: only at the end)")
+    p.add_argument("--checkpoint", help="write the checkpoint here when stopping (--stop-at) and at the end")
+    p.add_argument("--stop-at", type=int, help="stop after this many steps (write --checkpoint)")
+    p.add_argument("--resume", help="go on from this checkpoint")
+    p.add_argument("--losses-out", help="write the losses of the steps run, as float.hex, to this JSON file")
+    p.add_argument("--zero-images", action="store_true",
+                   help="train on blank images (a control: the CER must then stay high)")
+    p.add_argument("--target-cer", type=float, default=None, help="exit 1 if the final CER is not below this")
+    args = p.parse_args(argv)
+    if args.stop_at is not None and not args.checkpoint:
+        p.error("--stop-at needs --checkpoint")
+    return args
+
+
+def setup_torch(args):
+    torch.manual_seed(args.seed)
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(args.threads)
+
+
+def save_checkpoint(path, model, optimizer, schedule, stream, losses_so_far):
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "schedule": schedule.state_dict(), "loader": loader_state(stream),
+                "torch_rng": torch.get_rng_state(), "losses": losses_so_far}, path)
+
+
+def train(args):
+    setup_torch(args)
+    train_loader = make_loader(make_dataset(args.train_size, args.seed), args.batch_size, args.seed, args.workers)
+    eval_loader = make_loader(make_dataset(args.eval_size, args.seed + 1), 100, args.seed, args.workers,
+                              shuffle=False)
+    model = CRNN(NUM_SYMBOLS + 1)
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=args.lr, total_steps=args.steps,
+                                                   pct_start=0.15)
+    ctc = nn.CTCLoss(blank=0, zero_infinity=True)
+    state, losses = None, []
+    if args.resume:
+        ckpt = torch.load(args.resume, weights_only=False)
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        schedule.load_state_dict(ckpt["schedule"])
+        torch.set_rng_state(ckpt["torch_rng"])
+        state = ckpt["loader"]
+    stop = args.steps if args.stop_at is None else min(args.stop_at, args.steps)
+    start = time.perf_counter()
+    with resume_stream(train_loader, state, stop) as stream:
+        for batch in stream:
+            with batch:
+                images, targets, frames, lengths = ctc_inputs(to_torch(batch))
+                if args.zero_images:
+                    images = torch.zeros_like(images)
+                log_probs = model(images).log_softmax(-1).transpose(0, 1)     # [T, B, classes]
+                loss = ctc(log_probs, targets, frames, lengths)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+            losses.append(loss.item())
+            g = stream.next_g
+            if g % 50 == 0:
+                print(f"step {g:5d}  loss {loss.item():.4f}  {time.perf_counter() - start:6.1f} s", flush=True)
+            if args.eval_every and g % args.eval_every == 0 and g < stop:
+                print(f"step {g:5d}  held-out CER {character_error_rate(model, eval_loader):.2%}", flush=True)
+        if args.checkpoint:
+            save_checkpoint(args.checkpoint, model, optimizer, schedule, stream, losses)
+        end_g = stream.next_g
+    elapsed = time.perf_counter() - start
+    cer = character_error_rate(model, eval_loader)
+    print(f"{len(losses)} steps ({end_g - len(losses)}..{end_g - 1}) in {elapsed:.1f} s "
+          f"({elapsed / max(1, len(losses)):.3f} s/step, {args.workers} loader workers, {args.threads} torch "
+          f"threads); held-out CER {cer:.2%} on {args.eval_size} lines", flush=True)
+    if args.losses_out:
+        with open(args.losses_out, "w", encoding="utf-8") as fh:
+            json.dump({"first_g": end_g - len(losses), "losses": [float(v).hex() for v in losses],
+                       "cer": cer}, fh)
+    return cer
+
+
+def main(argv=None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    cer = train(args)
+    if args.target_cer is not None and not cer < args.target_cer:
+        print(f"held-out CER {cer:.2%} is not below the target {args.target_cer:.2%}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""Concern: training example (issue 10 item 2); §1 (batch g is a pure function of (seed, g)).
+
+``examples/train_ctc_torch.py`` trains a CRNN with CTC on SyntheticTextLines, fed by the
+loader's worker threads. Stopped after step k and resumed from its ``torch.save``
+checkpoint in a new process, it must give, after k, exactly the losses of the
+uninterrupted run: the model, optimizer, schedule and loader state are all in the
+checkpoint, and every batch after k is the same bytes. A short version runs here.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+try:
+    import torch
+except ImportError as exc:  # loud on purpose: these tests must run in CI (the torch extra)
+    raise ImportError("spec_tests/test_train_example.py needs torch; install the test extras with "
+                      "`pip install -e '.[test,torch]'` (torch==2.13.0)") from exc
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLE = os.path.join(ROOT, "examples", "train_ctc_torch.py")
+SHORT = ["--steps", "24", "--train-size", "512", "--eval-size", "100", "--eval-every", "0", "--threads", "1",
+         "--workers", "2", "--batch-size", "16"]
+STOP = 11
+
+
+def _example():
+    spec = importlib.util.spec_from_file_location("train_ctc_torch", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(args, cwd):
+    """The example in a new Python process (the package imported from this checkout)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+    return subprocess.Popen([sys.executable, EXAMPLE, *SHORT, *args], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _finish(process):
+    out, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, out
+    return out
+
+
+def _losses(path):
+    with open(path, encoding="utf-8") as fh:
+        doc = json.load(fh)
+    return doc["first_g"], doc["losses"]
+
+
+def _uninterrupted_here(path):
+    """The uninterrupted run in this process, leaving torch's global settings as they were."""
+    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    rng = torch.get_rng_state()
+    try:
+        _example().main([*SHORT, "--losses-out", str(path)])
+    finally:
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(deterministic)
+        torch.set_rng_state(rng)
+
+
+def test_resumed_run_repeats_the_uninterrupted_losses_bit_for_bit(tmp_path):
+    """Concern: training example, resume (§1). Steps 0..23 uninterrupted, against steps
+    0..10 in one process and 11..23 resumed from its checkpoint in another: the losses of
+    11..23 are equal as float bits (float.hex), those of 0..10 as well, and the loss falls."""
+    stopped = _run(["--stop-at", str(STOP), "--checkpoint", "ck.pt", "--losses-out", "first.json"], tmp_path)
+    _uninterrupted_here(tmp_path / "full.json")       # meanwhile (two busy processes at most)
+    _finish(stopped)
+    out = _finish(_run(["--resume", "ck.pt", "--losses-out", "rest.json"], tmp_path))
+    assert f"13 steps ({STOP}..23)" in out
+    g0, full = _losses(tmp_path / "full.json")
+    g1, first = _losses(tmp_path / "first.json")
+    g2, rest = _losses(tmp_path / "rest.json")
+    assert (g0, g1, g2) == (0, 0, STOP) and len(full) == 24
+    assert first == full[:STOP]
+    assert rest == full[STOP:]
+    values = [float.fromhex(v) for v in full]
+    assert len(set(values)) == len(values) and max(values[:4]) > max(values[-4:])
+
+
+def test_the_checkpoint_holds_the_loader_state(tmp_path):
+    """Concern: training example, checkpoint contents. The checkpoint is one torch.save
+    file with the model, optimizer, schedule and the loader's resume state (its next
+    global step and its pipeline fingerprint), and a changed pipeline refuses it."""
+    _finish(_run(["--stop-at", "3", "--checkpoint", "ck.pt"], tmp_path))
+    ckpt = torch.load(tmp_path / "ck.pt", weights_only=False)
+    assert {"model", "optimizer", "schedule", "loader"} <= set(ckpt)
+    assert ckpt["loader"]["next_g"] == 3 and "SyntheticTextLines" in ckpt["loader"]["fingerprint"]
+    example = _example()
+    loader = example.make_loader(example.make_dataset(512, 0), 8, 0, workers=0)    # batch size 8, not 16
+    with pytest.raises(ValueError, match="different pipeline"):
+        example.resume_stream(loader, ckpt["loader"], 10)
