@@ -60,12 +60,11 @@ def loader_state(stream):
 
 
 def resume_stream(loader, state, stop_g):
-    """A stream that goes on at ``state`` (refused if the pipeline differs from the saved one)."""
-    start = 0 if state is None else state["next_g"]
-    stream = loader.iter(start_g=start, stop_g=stop_g)
-    if state is not None:
-        stream.load_state_dict(state)     # checks the fingerprint
-    return stream
+    """A stream that goes on at ``state`` (refused if the pipeline differs from the saved one:
+    ``iter(state=...)`` is the checked way to resume)."""
+    if state is None:
+        return loader.iter(0, stop_g)
+    return loader.iter(state=state, stop_g=stop_g)
 
 
 # -- model -----------------------------------------------------------------------------
