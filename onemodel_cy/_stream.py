@@ -271,11 +271,26 @@ def acquire_engine(loader, workers, start, limit):
     with _handover:
         engine, loader._idle_engine = loader._idle_engine, None
     if engine is not None:
-        if engine.fits(workers, loader.prefetch):
+        if _fits(engine, loader, workers):
             engine.reposition(start, limit)
             return engine, False
         engine.shutdown()
-    return _Engine(loader, workers, start, limit, local_first=True), True
+    return _engine_class(loader)(loader, workers, start, limit, local_first=True), True
+
+
+# -- worker_mode="process": the engine lives in onemodel_cy._procs ----------------------
+
+def _engine_class(loader):
+    if loader.worker_mode == "process":
+        from onemodel_cy._procs import ProcessEngine
+        return ProcessEngine
+    return _Engine
+
+
+def _fits(engine, loader, workers):
+    """Whether ``engine`` can serve ``loader``'s next stream: same kind, workers and prefetch."""
+    return (getattr(engine, "mode", "thread") == loader.worker_mode
+            and engine.fits(workers, loader.prefetch))
 
 
 def release_engine(loader, engine):
@@ -336,7 +351,7 @@ class BatchStream:
         # A pass of `for batch in loader` prefetches past its end: the next pass adopts those.
         limit = None if self._persistent else self.stop_g
         engine = self._engine
-        if engine is not None and engine.fits(workers, self.loader.prefetch):
+        if engine is not None and _fits(engine, self.loader, workers):
             engine.reposition(start, limit)
         else:
             self._engine = None

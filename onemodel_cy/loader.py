@@ -64,12 +64,15 @@ class DataLoader:
     timeout : float, optional
         With workers, the longest wait for one batch before ``TimeoutError`` (as in
         PyTorch's ``DataLoader``); by default the consumer waits while a worker is alive.
+    worker_mode : {"thread", "process"}, default "thread"
+        What the ``workers`` are: threads, or processes for a dataset or transform that is
+        mostly Python (see docs/workers.md). The stream is the same either way.
 
     Notes
     -----
     ``dataset``, ``sampler``, ``collator``, ``seed``, ``transform``, ``rank`` and
     ``world_size`` are read-only: the batches are a function of them. ``workers``,
-    ``prefetch`` and ``timeout`` may be changed between streams. A stream closed from
+    ``prefetch``, ``timeout`` and ``worker_mode`` may be changed between streams. A stream closed from
     another thread (``stream.close()``, ``loader.close()``) ends as if it had run out:
     the loop over it stops without an error; compare ``stream.next_g`` with the step you
     expected to tell the two apart.
@@ -84,7 +87,7 @@ class DataLoader:
     _idle_engine = None     # the worker engine a completed `for batch in loader` pass left behind
 
     def __init__(self, dataset, sampler, collator, *, seed, workers=0, prefetch=2, transform=None,
-                 rank=0, world_size=1, timeout=None):
+                 rank=0, world_size=1, timeout=None, worker_mode="thread"):
         if not callable(getattr(dataset, "get_sample", None)) or not hasattr(dataset, "__len__"):
             raise TypeError(f"dataset must provide __len__ and get_sample(index), received "
                             f"{type(dataset).__name__}")
@@ -115,6 +118,7 @@ class DataLoader:
         if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
             raise ValueError(f"timeout must be a positive number of seconds or None, received {timeout!r}")
         self.timeout = timeout
+        self.worker_mode = worker_mode      # validated by the property (process workers, below)
         share = batch_size // self.world_size
         self._slots = (self.rank * share, (self.rank + 1) * share)
         # A short last batch (drop_last=False) is shared by slot range as it stands. If the
@@ -225,6 +229,23 @@ class DataLoader:
             except Exception:
                 pass
 
+    # -- process workers (onemodel_cy._procs) ---------------------------------------------
+
+    WORKER_MODES = ("thread", "process")
+
+    @property
+    def worker_mode(self) -> str:
+        """``"thread"`` or ``"process"``: what a stream's workers are (changeable between streams)."""
+        return self._worker_mode
+
+    @worker_mode.setter
+    def worker_mode(self, mode):
+        if not isinstance(mode, str):
+            raise TypeError(f"worker_mode must be a str, one of {self.WORKER_MODES}, received {type(mode).__name__}")
+        if mode not in self.WORKER_MODES:
+            raise ValueError(f"worker_mode must be one of {self.WORKER_MODES}, received {mode!r}")
+        self._worker_mode = mode
+
     def _stream_workers(self) -> int:
         """The worker count a stream runs with: 0 where threads are unavailable."""
         return self.workers if threads_available() else 0
@@ -247,4 +268,4 @@ class DataLoader:
         return (f"DataLoader(dataset={self.dataset!r}, sampler={self.sampler!r}, collator={self.collator!r}, "
                 f"seed={self.seed}, workers={self.workers}, prefetch={self.prefetch}, "
                 f"transform={self.transform!r}, rank={self.rank}, world_size={self.world_size}, "
-                f"timeout={self.timeout})")
+                f"timeout={self.timeout}, worker_mode={self.worker_mode!r})")
