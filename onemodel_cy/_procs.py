@@ -89,7 +89,7 @@ class _Worker:
     def __init__(self, ctx, payload, k):
         self.conn, child = ctx.Pipe(duplex=True)
         self.process = ctx.Process(target=_procworker.main, args=(child, payload),
-                                   name=f"onemodel_cy-process-{k}", daemon=True)
+                                   name=f"onemodel_cy-worker-process-{k}", daemon=True)
         self.process.start()
         child.close()
         self.sock = socket.fromfd(self.conn.fileno(), socket.AF_UNIX, socket.SOCK_STREAM)
