@@ -106,3 +106,84 @@ class GarbageAt:
             time.sleep(self.delay)
             return "garbage"
         return sample
+
+
+# --------------------------------------------------------------------------- for the process-worker tests
+
+class RampDataset:
+    """Sample i is 1 x height x (1 + i) (value i): with a sequential sampler every batch is
+    larger than the one before, so a stream's ring must grow at every step."""
+
+    def __init__(self, count, height=2):
+        self.count = count
+        self.height = height
+
+    def __len__(self):
+        return self.count
+
+    def get_sample(self, index):
+        image = np.full((1, self.height, 1 + index), float(index), dtype=np.float32)
+        return om.Sample(image, np.array([index % 7], dtype=np.int32), index % 10)
+
+
+class DyingDataset(PyDataset):
+    """Ends its own process at ``bad_index``: ``how`` is "exit" (os._exit(3)), "kill"
+    (SIGKILL to itself) or "segfault" (a read of address 0)."""
+
+    def __init__(self, inner, bad_index, how):
+        super().__init__(inner)
+        self.bad_index = bad_index
+        self.how = how
+
+    def get_sample(self, index):
+        if index == self.bad_index:
+            import os
+            import signal
+            if self.how == "exit":
+                os._exit(3)
+            if self.how == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            import ctypes
+            ctypes.string_at(0)
+        return self.inner.get_sample(index)
+
+
+class StuckDataset(PyDataset):
+    """Sleeps ``seconds`` in the read of ``slow_index`` (a worker stuck in user code)."""
+
+    def __init__(self, inner, slow_index, seconds):
+        super().__init__(inner)
+        self.slow_index = slow_index
+        self.seconds = seconds
+
+    def get_sample(self, index):
+        if index == self.slow_index:
+            time.sleep(self.seconds)
+        return self.inner.get_sample(index)
+
+
+class TwoPartError(Exception):
+    """An exception whose pickle does not load back (its __init__ takes two arguments)."""
+
+    def __init__(self, what, where):
+        super().__init__(f"{what} at {where}")
+
+
+class TwoPartFailing(PyDataset):
+    def __init__(self, inner, bad_index):
+        super().__init__(inner)
+        self.bad_index = bad_index
+
+    def get_sample(self, index):
+        if index == self.bad_index:
+            raise TwoPartError("broken read", index)
+        return self.inner.get_sample(index)
+
+
+class LockedDataset(PyDataset):
+    """Holds a lock: it cannot be pickled."""
+
+    def __init__(self, inner):
+        super().__init__(inner)
+        import threading
+        self.lock = threading.Lock()
