@@ -191,24 +191,21 @@ class ProcessEngine:
             end = min(end, self.failed_at + 1)
         return end
 
-    def _free_slot(self, needed):
-        """A free slot; a new one while the ring is below prefetch + workers + 1 slots, or
-        when ``needed`` (the consumer waits for it and every slot is held)."""
+    def _free_slot(self):
+        """A free slot, else a new one: batches the user still holds keep their slots, so
+        the ring grows to what is held plus the window (as the pool would allocate), and
+        never hands out memory a batch still lives in."""
         if self.ring.free:
             return self.ring.free.pop()
-        if needed or self.ring.slots < self.prefetch + self.workers + 1:
-            self.versions.append(0)
-            return self.ring.new_slot()
-        return None
+        self.versions.append(0)
+        return self.ring.new_slot()
 
     def _dispatch(self):
         """Send every step of the window not yet sent to a live worker, while slots are free."""
         live = [w for w in self.pool if w.alive]
         while live and self.next_send < self._window_end():
             g = self.next_send
-            slot = self._free_slot(needed=g == self.next_take)
-            if slot is None:
-                return
+            slot = self._free_slot()
             worker = min(live, key=lambda w: len(w.queued))
             self._task_ids += 1
             task = self._task_ids
@@ -296,6 +293,12 @@ class ProcessEngine:
 
     def _wait(self, deadline):
         """Wait for messages (or deaths) of the workers, and handle them; False on timeout."""
+        # Answers already waiting are read without building a selector (the steady state).
+        pending = [w for w in self.pool if w.alive and w.queued and w.conn.poll(0)]
+        for worker in pending:
+            self._receive(worker)
+        if pending:
+            return True
         conns = {w.conn: w for w in self.pool if w.alive}
         sentinels = {w.process.sentinel: w for w in self.pool if w.alive}
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
