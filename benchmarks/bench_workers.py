@@ -18,7 +18,10 @@ start-up is not in the timing; each repetition times its next two epochs. The
 configurations are interleaved round-robin; the table gives the median and the min-max of
 batches per second and the ratio to the first row (this package's 0 workers).
 
-The second table is the §7 workload (``workload.py``: built-in dataset and GainOffset,
+The second table: a dataset whose reads wait 2 ms and need almost no CPU (batch 8), so
+that the scaling of the engines shows even when other work keeps the cores busy.
+
+The third table is the §7 workload (``workload.py``: built-in dataset and GainOffset,
 batch 128, prefetch 8) at 2 workers in thread and in process mode, slices of 256
 batches, the last 2 batches held as a training loop does.
 """
@@ -29,6 +32,7 @@ import io
 import os
 import platform
 import sys
+import time
 from collections import deque
 
 import numpy as np
@@ -82,6 +86,22 @@ class PngLines:
 
     def get_sample(self, index):
         return om.Sample(self.decode(index), self.targets[index], self.labels[index])
+
+
+class WaitingLines:
+    """Synthetic lines whose every read first waits 2 ms (a stand-in for storage latency):
+    it needs almost no CPU, so it shows how the engines scale on a machine whose cores are
+    busy with other work."""
+
+    def __init__(self, count):
+        self.inner = om.SyntheticLineImages(count, 32, 64, 256, seed=0)
+
+    def __len__(self):
+        return len(self.inner)
+
+    def get_sample(self, index):
+        time.sleep(0.002)
+        return self.inner.get_sample(index)
 
 
 class TorchPngLines:
@@ -181,6 +201,15 @@ def python_heavy(repeats):
     return rows
 
 
+def waiting(repeats):
+    dataset = WaitingLines(256)
+    configurations = [("threads", "thread", 0), ("threads", "thread", 2), ("processes", "process", 1),
+                      ("processes", "process", 2), ("processes", "process", 4)]
+    loaders = {f"{kind}, {w} worker{'s' if w != 1 else ''}": package_loader(dataset, 8, w, mode)
+               for kind, mode, w in configurations}
+    return [("waiting", *row) for row in measure(loaders, 32, repeats)]
+
+
 def fast_path(repeats):
     loaders = {}
     for mode in ("thread", "process"):
@@ -204,6 +233,8 @@ def main():
     print(f"# bench_workers: Python {platform.python_version()}, {os.cpu_count()} CPUs, "
           f"{args.repeats} interleaved repeats\n")
     print_table(python_heavy(args.repeats), "× threads, 0 workers")
+    print()
+    print_table(waiting(args.repeats), "× threads, 0 workers")
     print()
     print_table(fast_path(args.repeats), "× thread mode")
 
