@@ -72,8 +72,8 @@ class DataLoader:
     -----
     ``dataset``, ``sampler``, ``collator``, ``seed``, ``transform``, ``rank`` and
     ``world_size`` are read-only: the batches are a function of them. ``workers``,
-    ``prefetch``, ``timeout`` and ``worker_mode`` may be changed between streams. A stream closed from
-    another thread (``stream.close()``, ``loader.close()``) ends as if it had run out:
+    ``prefetch``, ``timeout`` and ``worker_mode`` may be changed between streams. A stream
+    closed from another thread (``stream.close()``, ``loader.close()``) ends as if it had run out:
     the loop over it stops without an error; compare ``stream.next_g`` with the step you
     expected to tell the two apart.
 

@@ -86,7 +86,7 @@ def test_the_ring_grows_when_a_larger_batch_comes():
 
 def test_zero_copy_into_torch():
     """§5 through processes: torch.from_numpy of a batch's images shares the ring's memory."""
-    torch = pytest.importorskip("torch")
+    import torch    # a test dependency (the torch extra), as in test_torch_interop.py
     loader = _loader()
     with loader.iter(3, 6) as stream:
         batches = drain_ok(stream)
