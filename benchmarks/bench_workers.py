@@ -22,7 +22,7 @@ The second table: a dataset whose reads wait 2 ms and need almost no CPU (batch 
 that the scaling of the engines shows even when other work keeps the cores busy.
 
 The third table is the §7 workload (``workload.py``: built-in dataset and GainOffset,
-batch 128, prefetch 8) at 2 workers in thread and in process mode, slices of 256
+batch 128, prefetch 8) at 2 and 1 workers in thread and in process mode, slices of 256
 batches, the last 2 batches held as a training loop does.
 """
 from __future__ import annotations
@@ -212,10 +212,11 @@ def waiting(repeats):
 
 def fast_path(repeats):
     loaders = {}
-    for mode in ("thread", "process"):
-        loader = workload.make_pipeline(workers=2)
-        loader.worker_mode = mode
-        loaders[f"{mode} mode, 2 workers"] = loader
+    for workers in (2, 1):
+        for mode in ("thread", "process"):
+            loader = workload.make_pipeline(workers=workers)
+            loader.worker_mode = mode
+            loaders[f"{mode} mode, {workers} worker{'s' if workers > 1 else ''}"] = loader
     return [("§7", *row) for row in measure(loaders, 256, repeats, held=workload.HELD)]
 
 
@@ -236,7 +237,7 @@ def main():
     print()
     print_table(waiting(args.repeats), "× threads, 0 workers")
     print()
-    print_table(fast_path(args.repeats), "× thread mode")
+    print_table(fast_path(args.repeats), "× thread mode, 2 workers")
 
 
 if __name__ == "__main__":
