@@ -348,10 +348,25 @@ def acquire_engine(loader, workers, start, limit):
     with _handover:
         engine, loader._idle_engine = loader._idle_engine, None
     if engine is not None:
-        if engine.fits(workers, loader.prefetch):
+        if _fits(engine, loader, workers):
             return engine, engine.reposition(start, limit)
         engine.shutdown()
-    return _Engine(loader, workers, start, limit, local_first=True), True
+    return _engine_class(loader)(loader, workers, start, limit, local_first=True), True
+
+
+# -- worker_mode="process": the engine lives in onemodel_cy._procs ----------------------
+
+def _engine_class(loader):
+    if loader.worker_mode == "process":
+        from onemodel_cy._procs import ProcessEngine
+        return ProcessEngine
+    return _Engine
+
+
+def _fits(engine, loader, workers):
+    """Whether ``engine`` can serve ``loader``'s next stream: same kind, workers and prefetch."""
+    return (getattr(engine, "mode", "thread") == loader.worker_mode
+            and engine.fits(workers, loader.prefetch))
 
 
 def release_engine(loader, engine, next_g, completed_pass):
@@ -360,7 +375,7 @@ def release_engine(loader, engine, next_g, completed_pass):
     the loader's settings."""
     with _handover:
         if (engine.persistent and loader._idle_engine is None
-                and engine.fits(engine.workers, loader.prefetch)):
+                and _fits(engine, loader, engine.workers)):
             engine.park(next_g, keep_prefetching=completed_pass)
             loader._idle_engine = engine
             return
@@ -427,7 +442,7 @@ class BatchStream:
         # A pass of `for batch in loader` prefetches past its end: the next pass adopts those.
         limit = None if self._epoch_pass and self.loader.persistent_workers else self.stop_g
         engine = self._engine
-        if engine is not None and engine.fits(workers, self.loader.prefetch):
+        if engine is not None and _fits(engine, self.loader, workers):
             if engine.reposition(start, limit):
                 self._local = start
         else:

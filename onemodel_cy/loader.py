@@ -95,13 +95,16 @@ class DataLoader:
         the batch each is building. A worker still inside ``get_sample``, the transform or
         the augmentation after that is left to end by itself (it is a daemon thread) and
         reported with a :class:`StuckWorkerWarning`, which Python shows by default.
+    worker_mode : {"thread", "process"}, default "thread"
+        What the ``workers`` are: threads, or processes for a dataset or transform that is
+        mostly Python (see docs/workers.md). The stream is the same either way.
 
     Notes
     -----
     ``dataset``, ``sampler``, ``collator``, ``seed``, ``transform``, ``rank`` and
     ``world_size`` are read-only: the batches are a function of them. ``workers``,
-    ``prefetch``, ``timeout``, ``join_timeout`` and ``persistent_workers`` may be changed
-    between streams.
+    ``prefetch``, ``timeout``, ``join_timeout``, ``persistent_workers`` and ``worker_mode``
+    may be changed between streams.
 
     A built-in sampler that can produce a dataset index past ``len(dataset)`` is refused
     here, with a ``ValueError``; the indices of a sampler written in Python are checked as
@@ -130,7 +133,8 @@ class DataLoader:
                  workers: int = 0, prefetch: int = 2,
                  transform: Optional[Callable[["Sample", "SampleRng"], "Sample"]] = None,
                  rank: int = 0, world_size: int = 1, timeout: Optional[float] = None,
-                 join_timeout: float = DEFAULT_JOIN_TIMEOUT, persistent_workers: bool = True) -> None:
+                 join_timeout: float = DEFAULT_JOIN_TIMEOUT, persistent_workers: bool = True,
+                 worker_mode: str = "thread") -> None:
         if not callable(getattr(dataset, "get_sample", None)) or not hasattr(dataset, "__len__"):
             raise TypeError(f"dataset must provide __len__ and get_sample(index), received "
                             f"{type(dataset).__name__}")
@@ -173,6 +177,7 @@ class DataLoader:
         if bound is not None and bound > len(dataset):
             raise ValueError(f"{sampler!r} can produce dataset indices up to {bound - 1}, past the end of "
                              f"{_stable_name(dataset)} ({len(dataset)} samples, indices [0, {len(dataset)}))")
+        self.worker_mode = worker_mode      # validated by the property (process workers, below)
         share = batch_size // self.world_size
         self._slots = (self.rank * share, (self.rank + 1) * share)
         # A short last batch (drop_last=False) is shared by slot range as it stands. If the
@@ -376,6 +381,23 @@ class DataLoader:
             except Exception:
                 pass
 
+    # -- process workers (onemodel_cy._procs) ---------------------------------------------
+
+    WORKER_MODES = ("thread", "process")
+
+    @property
+    def worker_mode(self) -> str:
+        """``"thread"`` or ``"process"``: what a stream's workers are (changeable between streams)."""
+        return self._worker_mode
+
+    @worker_mode.setter
+    def worker_mode(self, mode):
+        if not isinstance(mode, str):
+            raise TypeError(f"worker_mode must be a str, one of {self.WORKER_MODES}, received {type(mode).__name__}")
+        if mode not in self.WORKER_MODES:
+            raise ValueError(f"worker_mode must be one of {self.WORKER_MODES}, received {mode!r}")
+        self._worker_mode = mode
+
     def _stream_workers(self) -> int:
         """The worker count a stream runs with: 0 where threads are unavailable."""
         return self.workers if threads_available() else 0
@@ -400,4 +422,4 @@ class DataLoader:
                 f"seed={self.seed}, workers={self.workers}, prefetch={self.prefetch}, "
                 f"transform={self.transform!r}, rank={self.rank}, world_size={self.world_size}, "
                 f"timeout={self.timeout}, join_timeout={self.join_timeout}, "
-                f"persistent_workers={self.persistent_workers})")
+                f"persistent_workers={self.persistent_workers}, worker_mode={self.worker_mode!r})")

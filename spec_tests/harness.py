@@ -20,7 +20,10 @@ It offers:
   ``RingProbe`` (window and slot discipline), ``RecordingBuilds`` (which steps were started
   and built);
 * the shared constants and strategies (``WORKERS``, ``PREFETCH``, ``SEEDS``, ``examples``,
-  ``NO_SHRINK``).
+  ``NO_SHRINK``);
+* both worker modes: ``MODES`` and ``in_mode(mode, workers)`` give a loader's worker
+  arguments for threads or processes; ``live_workers`` lists worker threads and worker
+  processes alike, so every leak check covers both.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from __future__ import annotations
 import faulthandler
 import functools
 import gc
+import multiprocessing
 import os
 import queue
 import random
@@ -42,7 +46,12 @@ import pytest
 from hypothesis import Phase, settings, strategies as st
 
 import onemodel_cy as om
+import pipeline_parts
 import reference as R
+# The picklable datasets and transforms (re-exported: the tests import them from here).
+from pipeline_parts import (  # noqa: F401
+    DatasetBroke, FailingDataset, GarbageAt, PyDataset, PythonSampler, SleepyDataset, _crop, _shift, crop_om,
+    py_augmentation, shift_om)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -68,10 +77,26 @@ def examples(fraction):
 NO_SHRINK = (Phase.explicit, Phase.reuse, Phase.generate)
 
 
+# Both kinds of workers run the same contract. Process mode caps the drawn worker count:
+# the machine the suite runs on has few cores, and processes, unlike threads, each cost one.
+MODES = ("thread", "process")
+PROCESS_WORKERS_MAX = 3
+
+
+def in_mode(mode, workers):
+    """The DataLoader worker arguments for ``workers`` workers of kind ``mode``."""
+    if mode == "process":
+        workers = min(workers, PROCESS_WORKERS_MAX)
+    return dict(workers=workers, worker_mode=mode)
+
+
 # --------------------------------------------------------------------------- worker threads, stream driving, byte comparisons
 
 def live_workers():
-    return [t for t in threading.enumerate() if t.name.startswith(WORKER_PREFIX) and t.is_alive()]
+    """Worker threads and worker processes (both are named with WORKER_PREFIX) still running."""
+    threads = [t for t in threading.enumerate() if t.name.startswith(WORKER_PREFIX) and t.is_alive()]
+    processes = [p for p in multiprocessing.active_children() if p.name.startswith(WORKER_PREFIX)]
+    return threads + processes
 
 
 def assert_no_workers(what="after close"):
@@ -87,8 +112,10 @@ def assert_parked(loader, what="after close"):
     if engine is None:
         assert not alive, f"{what}: workers run but the loader keeps none: {[t.name for t in alive]}"
         return
-    mine = {t.ident for t in engine.threads}
-    assert {t.ident for t in alive} <= mine, f"{what}: workers of no parked engine: {[t.name for t in alive]}"
+    mine = {id(t) for t in engine.threads}
+    assert {id(t) for t in alive} <= mine, f"{what}: workers of no parked engine: {[t.name for t in alive]}"
+    if getattr(engine, "mode", "thread") == "process":
+        return      # worker processes wait on their socket: nothing to inspect from here
     deadline = time.monotonic() + STALL
     while True:     # a build started before the park may still be finishing
         frames = sys._current_frames()
@@ -225,35 +252,6 @@ def assert_stream_is_batch_at(batches, loader, steps, what):
 # Written once for both sides: the package hands them a Sample and a SampleRng, the
 # reference a (image, target, label) triple and its own SampleRng.
 
-def _crop(sample, rng):
-    """Keep a random prefix of the columns: changes the width (the transform's job, D17)."""
-    image, target, label = sample
-    keep = 1 + rng.next_int(image.shape[2])
-    return np.ascontiguousarray(image[:, :, :keep]), target, label
-
-
-def _shift(sample, rng):
-    """A new image (pixels + one draw), the target reversed and the label moved."""
-    image, target, label = sample
-    v = np.float32(rng.next_single())
-    return (np.add(image, v, dtype=np.float32), np.asarray(target, dtype=np.int32)[::-1].copy(),
-            (int(label) + rng.next_int(5)) % 10)
-
-
-def crop_om(sample, rng):
-    return om.Sample(*_crop(sample, rng))
-
-
-def shift_om(sample, rng):
-    return om.Sample(*_shift(sample, rng))
-
-
-def py_augmentation(image, rng):
-    """A Python in-place augmentation: scale everything, darken column 0."""
-    image *= np.float32(rng.next_single())
-    image[:, :, 0] -= np.float32(rng.next_single())
-
-
 TRANSFORMS = {None: (None, None), "crop": (crop_om, _crop), "shift": (shift_om, _shift)}
 AUGMENTATIONS = {
     None: (None, None),
@@ -264,19 +262,6 @@ AUGMENTATIONS = {
 
 
 # --------------------------------------------------------------------------- pipelines: the package side and the reference side
-
-class PyDataset:
-    """A plain Python dataset (the loader's generic path) wrapping a built-in one."""
-
-    def __init__(self, inner):
-        self.inner = inner
-
-    def __len__(self):
-        return len(self.inner)
-
-    def get_sample(self, index):
-        return self.inner.get_sample(index)
-
 
 @functools.lru_cache(maxsize=4096)
 def _ref_sample(i, height, min_width, max_width, channels, seed):
@@ -386,73 +371,32 @@ def pipes(draw, kinds=SAMPLER_KINDS, full_batches=False, generic=None, transform
 
 # --------------------------------------------------------------------------- instrumented datasets and builds
 
-class SleepyDataset(PyDataset):
-    """Sleeps a seeded pseudo-random 0-3 ms per read so builds finish out of order."""
 
-    def __init__(self, inner, seed):
-        super().__init__(inner)
-        self.seed = seed
+def _failing_case(kind, pipe, g, slot, delay, workers, prefetch, mode="thread"):
+    """(loader, expected exception type, check(error), failing step) for a failure at step g, slot.
 
-    def get_sample(self, index):
-        time.sleep(random.Random(self.seed * 1_000_003 + index).random() * 0.003)
-        return self.inner.get_sample(index)
-
-
-class DatasetBroke(Exception):
-    """The custom error a dataset raises in these tests."""
-
-
-class FailingDataset(PyDataset):
-    def __init__(self, inner, bad_index, delay=0.0):
-        super().__init__(inner)
-        self.bad_index = bad_index
-        self.delay = delay
-
-    def get_sample(self, index):
-        if index == self.bad_index:
-            time.sleep(self.delay)
-            raise DatasetBroke(f"cannot read sample {index}")
-        return self.inner.get_sample(index)
-
-
-class _PythonSampler(om.Sampler):
-    """A built-in sampler's batches through a sampler written in Python."""
-
-    def __init__(self, inner):
-        self.inner = inner
-        self.batch_size = inner.batch_size
-        self.steps_per_epoch = inner.steps_per_epoch
-
-    def indices(self, epoch, step):
-        return self.inner.indices(epoch, step)
-
-
-def _failing_case(kind, pipe, g, slot, delay, workers, prefetch):
-    """(loader, expected exception type, check(error), failing step) for a failure at step g, slot."""
+    With process workers the dataset's frame is checked in the traceback text the error
+    carries from the worker (a traceback object does not cross processes)."""
     base = pipe.base_dataset()
     sampler = pipe.om_sampler()
-    ring = dict(workers=workers, prefetch=prefetch)
+    ring = dict(prefetch=prefetch, **in_mode(mode, workers))
     if kind == "dataset":
         bad = int(sampler.indices(0, g)[slot])
         loader = pipe.loader(dataset=FailingDataset(base, bad, delay), **ring)
 
         def check(error):
             frames = traceback.extract_tb(error.__traceback__)
-            assert any(f.name == "get_sample" and f.filename == __file__ for f in frames), (
-                "the delivered traceback lost the dataset's frame:\n"
-                + "".join(traceback.format_tb(error.__traceback__)))
+            in_frames = any(f.name == "get_sample" and f.filename == pipeline_parts.__file__ for f in frames)
+            text = "\n".join(getattr(error, "__notes__", []))
+            in_text = f'File "{pipeline_parts.__file__}"' in text and "in get_sample" in text
+            found = in_frames or (mode == "process" and in_text)   # a step built on the consumer has frames
+            assert found, ("the delivered traceback lost the dataset's frame:\n"
+                           + "".join(traceback.format_tb(error.__traceback__)) + text)
             assert f"cannot read sample {bad}" in str(error)
         return loader, DatasetBroke, check, g
 
     if kind == "transform":
-        target_state = om.derive(pipe.seed, 0, g, slot, 0)
-
-        def garbage(sample, rng):
-            if rng.state == target_state:
-                time.sleep(delay)
-                return "garbage"
-            return sample
-
+        garbage = GarbageAt(om.derive(pipe.seed, 0, g, slot, 0), delay)
         loader = om.DataLoader(base, sampler, pipe.collator(), seed=pipe.seed, transform=garbage, **ring)
 
         def check(error):
@@ -463,7 +407,7 @@ def _failing_case(kind, pipe, g, slot, delay, workers, prefetch):
     # an index the dataset rejects: a sequential walk past the end of a shorter dataset. The
     # walk is a Python sampler, whose range the loader cannot know when it is built (a
     # built-in sampler reaching past the dataset is refused then: issue 10).
-    full = _PythonSampler(om.SequentialSampler(pipe.count, pipe.batch_size))
+    full = PythonSampler(om.SequentialSampler(pipe.count, pipe.batch_size))
     short_length = full.steps_per_epoch * pipe.batch_size - 1 - slot
     short = om.SyntheticLineImages(short_length, pipe.height, pipe.min_width, pipe.max_width,
                                    pipe.channels, pipe.ds_seed)

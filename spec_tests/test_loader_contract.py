@@ -32,7 +32,7 @@ import onemodel_cy as om
 import onemodel_cy.loader as om_loader
 from harness import _guard  # noqa: F401  (autouse: no worker thread may outlive a test)
 from harness import (
-    M64, NO_SHRINK, PREFETCH, ROOT, WORKER_PREFIX, WORKERS, DatasetBroke, FailingDataset, Pipe,
+    MODES, in_mode, M64, NO_SHRINK, PREFETCH, ROOT, WORKER_PREFIX, WORKERS, DatasetBroke, FailingDataset, Pipe,
     PyDataset, RecordingBuilds, RingProbe, SleepyDataset, _failing_case, _small_loader,
     PERSISTENT, _worker_idents, assert_meta, assert_no_workers, assert_parked, assert_ranks_compose, assert_same,
     finish,
@@ -41,14 +41,16 @@ from harness import (
 
 # --------------------------------------------------------------------------- the pure function
 
+@pytest.mark.parametrize("mode", MODES)
 @given(pipe=pipes(), workers=WORKERS, prefetch=PREFETCH, persistent=PERSISTENT, data=st.data())
-def test_stream_equals_batch_at_and_reference(pipe, workers, prefetch, persistent, data):
+def test_stream_equals_batch_at_and_reference(mode, pipe, workers, prefetch, persistent, data):
     """§1 (the pure function), D12, D17: whatever the worker count and prefetch depth, with
     any sampler, transform or augmentation, on the fast and the generic dataset path, with
     workers kept by the loader or not, each step of the stream carries exactly the bytes of
     that step built on its own (batch_at) and the oracle's bytes; only the seed and g decide
-    them. Steps arrive in order, with epoch = g div S and step = g mod S."""
-    loader = pipe.loader(workers=workers, prefetch=prefetch, persistent_workers=persistent)
+    them. Steps arrive in order, with epoch = g div S and step = g mod S. The same for worker
+    threads and worker processes."""
+    loader = pipe.loader(prefetch=prefetch, persistent_workers=persistent, **in_mode(mode, workers))
     S = loader.steps_per_epoch
     start = data.draw(st.integers(0, 2 * S), label="start")
     length = data.draw(st.integers(1, 16), label="length")
@@ -64,14 +66,16 @@ def test_stream_equals_batch_at_and_reference(pipe, workers, prefetch, persisten
     finish(loader)
 
 
+@pytest.mark.parametrize("mode", MODES)
 @settings(max_examples=examples(0.5))
 @given(pipe=pipes(generic=True, max_batch=4), workers=st.sampled_from([2, 4, 8]), prefetch=PREFETCH,
        delay_seed=st.integers(0, 2 ** 32), data=st.data())
-def test_timing_changes_nothing(pipe, workers, prefetch, delay_seed, data):
+def test_timing_changes_nothing(mode, pipe, workers, prefetch, delay_seed, data):
     """§1 (timing is not an input): reads that take a random time, so that the workers finish
     steps out of order, still give the consumer every step in order, each with the bytes of the
     step built on its own."""
-    loader = pipe.loader(workers=workers, prefetch=prefetch, dataset=SleepyDataset(pipe.base_dataset(), delay_seed))
+    loader = pipe.loader(prefetch=prefetch, dataset=SleepyDataset(pipe.base_dataset(), delay_seed),
+                         **in_mode(mode, workers))
     start = data.draw(st.integers(0, 2 * loader.steps_per_epoch), label="start")
     with loader.iter(start, start + 10) as stream:
         batches = drain_ok(stream)
@@ -108,12 +112,14 @@ def test_out_of_order_completion_is_delivered_in_order():
 
 # --------------------------------------------------------------------------- resume
 
+@pytest.mark.parametrize("mode", MODES)
 @settings(max_examples=examples(0.6))
 @given(pipe=pipes(), w1=WORKERS, p1=PREFETCH, w2=WORKERS, p2=PREFETCH, data=st.data())
-def test_resume_from_any_step(pipe, w1, p1, w2, p2, data):
+def test_resume_from_any_step(mode, pipe, w1, p1, w2, p2, data):
     """§1 (resume): where a run was cut does not matter: a stream started at k, with any worker
     count, gives the same batches as a run from step 0 gives from k onwards, across epoch
-    boundaries; so does a run stopped after k batches and restarted from its next_g."""
+    boundaries; so does a run stopped after k batches and restarted from its next_g. In process
+    mode the resumed streams run on worker processes, the first on threads (a run may switch)."""
     loader = pipe.loader(workers=w1, prefetch=p1)
     S = loader.steps_per_epoch
     end = data.draw(st.integers(1, 3 * S + 2), label="end")
@@ -121,7 +127,7 @@ def test_resume_from_any_step(pipe, w1, p1, w2, p2, data):
     with loader.iter(0, end) as stream:
         whole = drain_ok(stream)
     assert [b.global_step for b in whole] == list(range(end))
-    with pipe.loader(workers=w2, prefetch=p2).iter(start_g=k, stop_g=end) as stream:
+    with pipe.loader(prefetch=p2, **in_mode(mode, w2)).iter(start_g=k, stop_g=end) as stream:
         tail = drain_ok(stream)
     assert [b.global_step for b in tail] == list(range(k, end))
     for b, a in zip(tail, whole[k:]):
@@ -131,21 +137,22 @@ def test_resume_from_any_step(pipe, w1, p1, w2, p2, data):
         head = drain_ok(first, k)
         resume_at = first.next_g
     assert resume_at == k
-    with pipe.loader(workers=w2, prefetch=p2).iter(start_g=resume_at, stop_g=end) as second:
+    with pipe.loader(prefetch=p2, **in_mode(mode, w2)).iter(start_g=resume_at, stop_g=end) as second:
         rest = drain_ok(second)
     assert [b.global_step for b in head + rest] == list(range(end))
     for b, a in zip(head + rest, whole):
         assert_same(b, a, f"stopped after {k} batches and resumed: step {b.global_step}")
 
 
+@pytest.mark.parametrize("mode", MODES)
 @settings(max_examples=examples(0.5))
 @given(pipe=pipes(), w1=WORKERS, p1=PREFETCH, w2=WORKERS, p2=PREFETCH, data=st.data())
-def test_resume_through_state_dict(pipe, w1, p1, w2, p2, data):
+def test_resume_through_state_dict(mode, pipe, w1, p1, w2, p2, data):
     """§1 (resume), Concern: resume checks (fingerprint). state_dict() is the whole resume
     state and survives JSON: a fresh loader of the same pipeline, at any worker count and
     prefetch, carries on exactly where the saved stream stood; a pipeline with another seed
-    refuses the state."""
-    loader = pipe.loader(workers=w1, prefetch=p1)
+    refuses the state. In process mode the saving stream runs on worker processes."""
+    loader = pipe.loader(prefetch=p1, **in_mode(mode, w1))
     S = loader.steps_per_epoch
     end = data.draw(st.integers(1, 3 * S + 2), label="end")
     j = data.draw(st.integers(0, end), label="j")
@@ -221,20 +228,21 @@ def test_state_dict_resumes_in_a_fresh_process():
 # --------------------------------------------------------------------------- exceptions
 
 
+@pytest.mark.parametrize("mode", MODES)
 @settings(max_examples=examples(0.6), phases=NO_SHRINK)
 @given(kind=st.sampled_from(["dataset", "transform", "index_fast", "index_generic"]),
        pipe=pipes(kinds=("sequential", "shuffled"), full_batches=True, transform=False),
        workers=WORKERS, prefetch=PREFETCH, delay=st.sampled_from([0.0, 0.0, 0.01]), data=st.data())
-def test_an_error_is_delivered_at_its_step_then_the_stream_ends(kind, pipe, workers, prefetch, delay, data):
+def test_an_error_is_delivered_at_its_step_then_the_stream_ends(mode, kind, pipe, workers, prefetch, delay, data):
     """§1 (errors): a failure while building step g (the dataset raising its own exception
     type, a transform returning something other than a Sample, an index the dataset refuses)
     reaches the consumer only once it gets to g, after every earlier step, as the original
-    exception (its type, and for a dataset error the dataset's frame in the traceback); after
-    it the stream is over and no worker thread remains."""
+    exception (its type, and for a dataset error the dataset's frame in the traceback, which a
+    worker process sends as text); after it the stream is over and no worker remains."""
     S = pipe.om_sampler().steps_per_epoch
     g = data.draw(st.integers(0, S - 1), label="g")
     slot = data.draw(st.integers(0, pipe.batch_size - 1), label="slot")
-    loader, expected, check, g = _failing_case(kind, pipe, g, slot, delay, workers, prefetch)
+    loader, expected, check, g = _failing_case(kind, pipe, g, slot, delay, workers, prefetch, mode)
     stream = loader.iter()
     batches, error = drain(stream, count=g + 8)
     assert [b.global_step for b in batches] == list(range(g)), "the steps before the failing one must all arrive"
@@ -249,15 +257,16 @@ def test_an_error_is_delivered_at_its_step_then_the_stream_ends(kind, pipe, work
     assert_no_workers("after the error")
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("workers,prefetch", [(2, 1), (3, 2), (8, 4)])
-def test_an_error_with_a_full_window_does_not_hang(workers, prefetch):
+def test_an_error_with_a_full_window_does_not_hang(workers, prefetch, mode):
     """§1 (errors), Concern: no hang. The worker of the failing step must still hand over its
     error while every other slot of the window is occupied and another worker already waits for
     the failing step's slot: the consumer receives the error at g instead of hanging."""
     pipe = Pipe(sampler="sequential", batch_size=1, count=40)
     g = 13
-    loader = pipe.loader(workers=workers, prefetch=prefetch,
-                         dataset=FailingDataset(pipe.base_dataset(), g, delay=0.05))
+    loader = pipe.loader(prefetch=prefetch, dataset=FailingDataset(pipe.base_dataset(), g, delay=0.05),
+                         **in_mode(mode, workers))
     stream = loader.iter()
     batches, error = drain(stream, stall=3.0)
     assert [b.global_step for b in batches] == list(range(g))
@@ -291,13 +300,14 @@ def test_ring_window_and_slots(workers, prefetch):
 
 # --------------------------------------------------------------------------- shutdown
 
+@pytest.mark.parametrize("mode", MODES)
 @settings(max_examples=examples(0.5))
 @given(pipe=pipes(transform=False), prefetch=PREFETCH, data=st.data())
-def test_close_mid_stream_ends_every_worker(pipe, prefetch, data):
+def test_close_mid_stream_ends_every_worker(mode, pipe, prefetch, data):
     """Concern: worker threads end (no leak). Without persistent workers, close() at any
-    point, while 8 workers are busy filling the window, ends and joins every worker thread;
-    the stream is then over, and a second close() does no harm."""
-    loader = pipe.loader(workers=8, prefetch=prefetch, persistent_workers=False)
+    point, while 8 workers are busy filling the window, ends and joins every worker (thread
+    or process); the stream is then over, and a second close() does no harm."""
+    loader = pipe.loader(prefetch=prefetch, persistent_workers=False, **in_mode(mode, 8))
     start = data.draw(st.integers(0, 2 * loader.steps_per_epoch), label="start")
     taken = data.draw(st.integers(0, 20), label="taken")
     stream = loader.iter(start)
@@ -311,10 +321,12 @@ def test_close_mid_stream_ends_every_worker(pipe, prefetch, data):
     assert_stream_is_batch_at(batches, loader, range(start, start + taken), "before close")
 
 
-def test_break_inside_with_ends_the_workers():
+@pytest.mark.parametrize("mode", MODES)
+def test_break_inside_with_ends_the_workers(mode):
     """Concern: worker threads end (no leak). Without persistent workers, leaving a
-    `with loader.iter()` block by `break` closes the stream and its workers."""
-    loader = Pipe().loader(workers=8, prefetch=4, persistent_workers=False)
+    `with loader.iter()` block by `break` closes the stream and its workers (threads or
+    processes)."""
+    loader = Pipe().loader(prefetch=4, persistent_workers=False, **in_mode(mode, 8))
     with loader.iter() as stream:
         for batch in stream:
             if batch.global_step == 5:
@@ -324,11 +336,12 @@ def test_break_inside_with_ends_the_workers():
     assert stream.closed
 
 
-def test_dropped_stream_ends_its_workers():
+@pytest.mark.parametrize("mode", MODES)
+def test_dropped_stream_ends_its_workers(mode):
     """Concern: worker threads end (no leak). Without persistent workers, a stream dropped
-    without close() (and collected) takes its worker threads with it; so does leaving a bare
-    `for` loop over loader.iter() or over the loader by `break`."""
-    loader = Pipe().loader(workers=8, prefetch=3, persistent_workers=False)
+    without close() (and collected) takes its workers (threads or processes) with it; so does
+    leaving a bare `for` loop over loader.iter() or over the loader by `break`."""
+    loader = Pipe().loader(prefetch=3, persistent_workers=False, **in_mode(mode, 8))
     stream = loader.iter(7)
     next(stream), next(stream)
     assert live_workers()
@@ -380,9 +393,10 @@ def test_stress_many_short_streams_closed_at_random_points():
 # --------------------------------------------------------------------------- ranks
 
 
+@pytest.mark.parametrize("mode", MODES)
 @settings(max_examples=examples(0.5))
 @given(pipe=pipes(full_batches=True), workers=WORKERS, prefetch=PREFETCH, data=st.data())
-def test_ranks_side_by_side_are_the_global_batch(pipe, workers, prefetch, data):
+def test_ranks_side_by_side_are_the_global_batch(mode, pipe, workers, prefetch, data):
     """Rank r of w loads slots [r*B/w, (r+1)*B/w) of the global batch, keyed by global slot
     numbers (D14): for w = 1, 2, 4 the ranks' batches put side by side are the global batch,
     and each equals the reference's rank share; a batch size w does not divide is refused."""
@@ -398,7 +412,7 @@ def test_ranks_side_by_side_are_the_global_batch(pipe, workers, prefetch, data):
             continue
         per_rank = []
         for r in range(w):
-            with pipe.loader(workers=workers, prefetch=prefetch, rank=r, world_size=w).iter(
+            with pipe.loader(prefetch=prefetch, rank=r, world_size=w, **in_mode(mode, workers)).iter(
                     steps.start, steps.stop) as stream:
                 per_rank.append(drain_ok(stream))
         for k, g in enumerate(steps):
@@ -506,13 +520,14 @@ def test_without_threads_the_loader_runs_as_zero_workers(how, monkeypatch):
 
 # --------------------------------------------------------------------------- iterating the loader
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("workers", [0, 3])
-def test_iterating_the_loader_gives_one_epoch_per_pass(workers):
+def test_iterating_the_loader_gives_one_epoch_per_pass(workers, mode):
     """§1 (epoch = g div S): `for batch in loader` runs one epoch (steps_per_epoch batches,
     epoch e covering global steps [e*S, (e+1)*S)); the next pass runs the next epoch;
-    set_epoch chooses one."""
+    set_epoch chooses one. Kept worker processes serve the passes as kept threads do."""
     pipe = Pipe(sampler="bucketed", batch_size=4, augmentation="gain_offset")
-    loader = pipe.loader(workers=workers, prefetch=3)
+    loader = pipe.loader(prefetch=3, **in_mode(mode, workers))
     S = loader.steps_per_epoch
     assert len(loader) == S
     check = pipe.loader()

@@ -1,0 +1,446 @@
+"""§1 process workers (``DataLoader(worker_mode="process")``): the engine on the consumer's side.
+
+Why processes: a dataset or transform that is mostly Python holds the GIL, so worker
+threads take turns instead of working together; worker processes each have their own.
+
+What is sent: the pipeline (dataset, sampler, collator settings, transform, seed, rank),
+pickled once per stream engine and given to each worker when it starts; afterwards
+only small messages travel (``_procworker`` describes them). Processes are started with
+``forkserver`` where the platform has it, else ``spawn``: never a bare ``fork`` of a
+parent that may run threads.
+
+Where batches live: a :class:`~onemodel_cy._shmring.ShmRing` of shared slots, allocated
+once per engine and reused; a worker builds step ``g`` straight into the slot it was
+handed (growing the slot, once, when a larger batch than the slot holds comes), and the
+consumer receives an ``ImageBatch`` of views of that slot. A slot is handed out again
+only once the batch and every view of it are gone. Steady state allocates no batch
+memory on either side.
+
+Order and bytes: workers only decide *when* a step is built; the step is built by the
+loader's own ``_build`` in the worker, so the stream is byte-identical to threads and to
+0 workers. The consumer dispatches steps in order, at most ``prefetch`` ahead of the one
+it takes next, to the worker with the fewest steps queued.
+
+Failures: an exception in a worker is delivered at its step (its type when it pickles,
+always with its message and traceback text); a worker that dies is reported at the
+first step it owed, with its exit code. Either way nothing after that step is delivered.
+
+Lifetimes: ``shutdown`` (close, leaving ``with``, a dropped stream, Ctrl-C through the
+stream's error path, interpreter exit) asks every worker to stop, waits a bounded time,
+then terminates. A worker whose consumer was killed sees its socket end and exits; the
+shared memory has no name, so nothing is left in ``/dev/shm``.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import socket
+import threading
+import time
+import weakref
+from multiprocessing.connection import wait as wait_for
+
+from onemodel_cy import _procworker
+from onemodel_cy._shmring import Segment, ShmRing
+
+__all__ = ["ProcessEngine", "pickled_pipeline"]
+
+_STOP_WAIT = 2.0        # seconds a stopping worker may take to finish its build, then SIGTERM
+_KILL_WAIT = 1.0        # seconds after SIGTERM, then SIGKILL
+
+
+_PRELOAD = ["__main__", "numpy", "onemodel_cy.loader", "onemodel_cy._procworker", "onemodel_cy._shmring"]
+
+
+def _context():
+    """forkserver where available (its server is started once, without threads, and forks
+    each worker), else spawn. The server imports the package once ("__main__" first, as
+    the default preload does), so a new worker starts in milliseconds, not in an import."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    from multiprocessing import forkserver
+    if getattr(forkserver._forkserver, "_forkserver_pid", None) is None:     # not started yet
+        ctx.set_forkserver_preload(_PRELOAD)
+    return ctx
+
+
+def pickled_pipeline(loader) -> bytes:
+    """The pipeline a worker needs, pickled; ``TypeError`` naming the part that does not pickle."""
+    parts = {"dataset": loader.dataset, "sampler": loader.sampler, "collator": loader.collator,
+             "transform": loader.transform}
+    for name, obj in parts.items():
+        try:
+            pickle.dumps(obj)
+        except Exception as exc:
+            raise TypeError(
+                f"worker_mode='process' sends the {name} to every worker process by pickling it, and "
+                f"the {name} {type(obj).__module__}.{type(obj).__qualname__} cannot be pickled: "
+                f"{type(exc).__name__}: {exc}. Make it picklable (defined at module level, no open "
+                f"files, locks or lambdas), or use worker_mode='thread'") from exc
+    parts.update(seed=loader.seed, rank=loader.rank, world_size=loader.world_size)
+    return pickle.dumps(parts)
+
+
+class _Worker:
+    """One worker process and the consumer's end of its socket."""
+
+    def __init__(self, ctx, payload, k):
+        self.conn, child = ctx.Pipe(duplex=True)
+        self.process = ctx.Process(target=_procworker.main, args=(child, payload),
+                                   name=f"onemodel_cy-worker-process-{k}", daemon=True)
+        self.process.start()
+        child.close()
+        self.sock = socket.fromfd(self.conn.fileno(), socket.AF_UNIX, socket.SOCK_STREAM)
+        self.queued = []        # task ids sent and not yet answered, in order
+        self.known = {}         # slot -> segment version this worker has mapped
+        self.alive = True
+        self.ready = False
+
+    def send(self, message, fd=None):
+        self.conn.send(message)
+        if fd is not None:
+            socket.send_fds(self.sock, [b"F"], [fd])
+
+    def exit_code(self):
+        self.process.join(0.5)
+        return self.process.exitcode
+
+    def close(self):
+        for end in (self.sock, self.conn):
+            try:
+                end.close()
+            except OSError:
+                pass
+
+
+def _remote_error(worker, g, payload):
+    """The exception a worker reported for step g, as the consumer raises it."""
+    blob, kind, message, text = payload
+    error = None
+    if blob is not None:
+        try:
+            error = pickle.loads(blob)
+        except Exception:
+            error = None
+    if not isinstance(error, BaseException):
+        error = RuntimeError(f"{kind}: {message}")
+    error.add_note(f"onemodel_cy: raised in worker process {worker.process.pid} while building global "
+                   f"step {g}; its traceback there:\n{text.rstrip()}")
+    return error
+
+
+class ProcessEngine:
+    """A loader's worker processes and their shared ring; serves one stream at a time.
+
+    Same interface as the thread engine (``take``, ``skip``, ``reposition``, ``fits``,
+    ``shutdown``, ``signal_close``, and the ``lock``/``limit``/``room`` a loader uses to
+    keep it between passes), so ``BatchStream`` drives either. Driven by the consumer's
+    thread; ``shutdown`` may come from any thread.
+    """
+
+    mode = "process"
+
+    def __init__(self, loader, workers, start, limit, local_first=True):
+        payload = pickled_pipeline(loader)      # before any process starts
+        self.owner = weakref.ref(loader)
+        self.workers, self.prefetch = workers, loader.prefetch
+        self.lock = threading.Lock()             # the loader's handover takes it to set `limit`
+        self.room = threading.Condition(self.lock)
+        self._state = threading.RLock()          # everything below
+        self._wake_r, self._wake_w = os.pipe()   # lets another thread's close wake a waiting consumer
+        self.closed = False
+        self._limit, self.failed_at = limit, None
+        self.ring = ShmRing()
+        self.versions = []                       # slot -> segment version (0: no segment yet)
+        self.largest = 0                         # the largest batch seen, bytes
+        self.tasks = {}                          # task id -> (g, slot, worker)
+        self.results = {}                        # g -> ("batch", slot, dims) | ("error", exception)
+        self.dispatched = {}                     # g -> task id, steps sent and not yet answered
+        self._task_ids = 0
+        self.persistent = loader.persistent_workers     # parked between streams (see _stream.py)
+        self.next_take = start
+        self.next_send = start + 1 if local_first else start
+        self.local_claim = start if local_first else None  # the step the consumer builds itself
+        ctx = _context()
+        self.pool = [_Worker(ctx, payload, k) for k in range(workers)]
+        self.threads = [w.process for w in self.pool]      # BatchStream's repr counts them
+        from onemodel_cy._stream import _live_engines
+        _live_engines.add(self)
+        with self._state:
+            self._dispatch()
+
+    # `limit` is set by the loader's handover when a pass ends (steps past it may be sent)
+    @property
+    def limit(self):
+        return self._limit
+
+    @limit.setter
+    def limit(self, value):
+        with self._state:
+            self._limit = value
+            if not self.closed:
+                self._dispatch()
+
+    # -- dispatching ---------------------------------------------------------------------
+
+    def _window_end(self):
+        end = self.next_take + self.prefetch
+        if self._limit is not None:
+            end = min(end, self._limit)
+        if self.failed_at is not None:
+            end = min(end, self.failed_at + 1)
+        return end
+
+    def _free_slot(self):
+        """A free slot, else a new one: batches the user still holds keep their slots, so
+        the ring grows to what is held plus the window (as the pool would allocate), and
+        never hands out memory a batch still lives in."""
+        if self.ring.free:
+            return self.ring.free.pop()
+        self.versions.append(0)
+        return self.ring.new_slot()
+
+    def _dispatch(self):
+        """Send every step of the window not yet sent to a live worker, while slots are free."""
+        live = [w for w in self.pool if w.alive]
+        while live and self.next_send < self._window_end():
+            g = self.next_send
+            slot = self._free_slot()
+            worker = min(live, key=lambda w: len(w.queued))
+            self._task_ids += 1
+            task = self._task_ids
+            version = self.versions[slot]
+            try:
+                if version and worker.known.get(slot) != version:
+                    segment = self.ring.segment(slot)
+                    worker.send(("map", slot, version, segment.size), segment.fd)
+                    worker.known[slot] = version
+                worker.send(("build", task, g, slot, version, self.largest))
+            except OSError:
+                self.ring.release(slot)
+                self._worker_died(worker)
+                live = [w for w in self.pool if w.alive]
+                continue
+            worker.queued.append(task)
+            self.tasks[task] = (g, slot, worker)
+            self.dispatched[g] = task
+            self.next_send = g + 1
+
+    # -- receiving -----------------------------------------------------------------------
+
+    def _receive(self, worker):
+        """Handle one message of ``worker`` (or its death)."""
+        try:
+            message = worker.conn.recv()
+            if message[0] == "grown":
+                _, fds, _, _ = socket.recv_fds(worker.sock, 1, 1)
+        except (EOFError, OSError):
+            self._worker_died(worker)
+            return
+        kind = message[0]
+        if kind == "ready":
+            worker.ready = True
+            return
+        if kind == "fatal":
+            worker.alive = False
+            self._fail_queued(worker, lambda g: _remote_error(worker, g, message[1]))
+            return
+        task = message[1]
+        worker.queued.remove(task)
+        g, slot, _ = self.tasks.pop(task)
+        if kind == "grown":
+            segment = Segment(fds[0], message[3])
+            self.versions[slot] += 1
+            self.ring.adopt(slot, segment)
+            worker.known[slot] = self.versions[slot]
+        current = self.dispatched.get(g) == task
+        if current:
+            del self.dispatched[g]
+        if kind == "error":
+            self.ring.release(slot)
+            if current:
+                self._set_result(g, ("error", _remote_error(worker, g, message[2])))
+        elif current:
+            self._set_result(g, ("batch", slot, message[2]))
+        else:
+            self.ring.release(slot)     # a step of an earlier position (reposition)
+
+    def _set_result(self, g, result):
+        self.results[g] = result
+        if result[0] == "error" and (self.failed_at is None or g < self.failed_at):
+            self.failed_at = g          # nothing after g is sent any more
+
+    def _worker_died(self, worker):
+        if not worker.alive:
+            return
+        worker.alive = False
+        code = worker.exit_code()
+        pid = worker.process.pid
+
+        def died(g):
+            return RuntimeError(f"worker process {pid} died (exit code {code}) while building global step "
+                                f"{g}; the stream stops at that step")
+        self._fail_queued(worker, died)
+
+    def _fail_queued(self, worker, make_error):
+        for task in worker.queued:
+            g, slot, _ = self.tasks.pop(task)
+            self.ring.release(slot)     # a dead worker's slot: it writes nothing more
+            if self.dispatched.get(g) == task:
+                del self.dispatched[g]
+                self._set_result(g, ("error", make_error(g)))
+        worker.queued = []
+
+    def _wait(self, deadline):
+        """Wait for messages (or deaths) of the workers, and handle them; False on timeout."""
+        # Answers already waiting are read without building a selector (the steady state).
+        pending = [w for w in self.pool if w.alive and w.queued and w.conn.poll(0)]
+        for worker in pending:
+            self._receive(worker)
+        if pending:
+            return True
+        conns = {w.conn: w for w in self.pool if w.alive}
+        sentinels = {w.process.sentinel: w for w in self.pool if w.alive}
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        ready = wait_for(list(conns) + list(sentinels) + [self._wake_r], left)
+        if not ready:
+            return False
+        for item in ready:
+            if item in conns:
+                self._receive(conns[item])
+        for item in ready:
+            worker = sentinels.get(item)
+            if worker is not None and worker.alive:
+                while worker.alive and worker.conn.poll():   # what it sent before exiting first
+                    self._receive(worker)
+                self._worker_died(worker)
+        return True
+
+    # -- the consumer's side -------------------------------------------------------------
+
+    def take(self, g, timeout):
+        """Step g's batch, waiting for it; raises its build's exception, StopIteration once
+        closed, TimeoutError after ``timeout`` seconds (None: wait while a worker lives)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._state:
+            while g not in self.results:
+                if self.closed:
+                    raise StopIteration
+                self._dispatch()
+                if g not in self.dispatched and g not in self.results:
+                    if not any(w.alive for w in self.pool):
+                        raise RuntimeError(f"every worker process ended before building global step {g}")
+                if not self._wait(deadline):
+                    raise TimeoutError(f"no batch for step {g} after {timeout} s (DataLoader timeout)")
+            result = self.results.pop(g)
+            self.next_take = g + 1
+            if result[0] == "error":
+                raise result[1]
+            _, slot, dims = result
+            epoch, step = divmod(g, self.owner().sampler.steps_per_epoch)
+            batch = self.ring.batch(slot, *dims, epoch, step, g)
+            self.largest = max(self.largest, batch.nbytes)
+            self._dispatch()
+        return batch
+
+    def skip(self, g):
+        """The consumer built step g, claimed for it, itself: move the window on. (Nothing
+        when that claim is gone: the stream was closed meanwhile from another thread.)"""
+        with self._state:
+            if self.local_claim != g:
+                return
+            self.local_claim = None
+            self.next_take = g + 1
+            self.next_send = max(self.next_send, g + 1)
+            self._dispatch()
+
+    def fits(self, workers, prefetch):
+        loader = self.owner()
+        return (not self.closed and loader is not None and loader.worker_mode == "process"
+                and workers == self.workers and prefetch == self.prefetch
+                and all(w.alive for w in self.pool))
+
+    def reposition(self, start, limit):
+        """Serve steps [start, limit): keep what was built when already at ``start``, else
+        drop it (builds in flight are discarded when they arrive) and move. Returns True
+        when ``start`` was sent to no worker: it is then claimed for the consumer to build."""
+        with self._state:
+            if start != self.next_take:
+                self._drop(start)
+            local = self.next_send == start and self.failed_at is None
+            if local:
+                self.next_send, self.local_claim = start + 1, start
+            self._limit = limit
+            self._dispatch()
+        return local
+
+    def park(self, next_g, keep_prefetching):
+        """The stream closed at ``next_g`` (as ``_Engine.park``): keep what was built for a
+        stream resuming there; a completed epoch pass sends on, any other stream's steps
+        stop at what was sent; a step claimed for the consumer but not delivered, or a
+        stream that stopped elsewhere, drops the ring."""
+        with self._state:
+            if self.local_claim is not None or next_g != self.next_take:
+                self._drop(next_g)
+            if keep_prefetching:
+                self._limit = None if self.failed_at is None else self.failed_at + 1
+            elif self.failed_at is None:
+                self._limit = self.next_send
+            if not self.closed:
+                self._dispatch()
+
+    def _drop(self, start):
+        """(Under ``_state``.) Release every built batch and forget every step sent; stand at ``start``."""
+        for result in self.results.values():
+            if result[0] == "batch":
+                self.ring.release(result[1])
+        self.results.clear()
+        self.dispatched.clear()
+        self.next_take = self.next_send = start
+        self.local_claim = None
+        self.failed_at = None
+
+    def signal_close(self):
+        """Interpreter exit: end the workers now."""
+        self.shutdown()
+        return []
+
+    def shutdown(self):
+        """End every worker: ask, wait a bounded time, then terminate (idempotent)."""
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+        try:
+            os.write(self._wake_w, b"x")         # a consumer waiting in take() returns
+        except OSError:
+            pass
+        with self._state:
+            for worker in self.pool:
+                try:
+                    worker.conn.send(None)
+                except OSError:
+                    pass
+            deadline = time.monotonic() + _STOP_WAIT
+            for worker in self.pool:
+                worker.process.join(max(0.0, deadline - time.monotonic()))
+            for worker in self.pool:
+                if worker.process.is_alive():
+                    worker.process.terminate()
+                    worker.process.join(_KILL_WAIT)
+                if worker.process.is_alive():
+                    worker.process.kill()
+                    worker.process.join(_KILL_WAIT)
+                worker.close()
+            self.ring.close_fds()       # mappings stay for the batches the user still holds
+            self.results.clear()
+            for end in (self._wake_r, self._wake_w):
+                os.close(end)
+
+    def __del__(self):
+        try:
+            self.shutdown()
+        except Exception:
+            pass

@@ -1,0 +1,271 @@
+"""Process workers (``DataLoader(worker_mode="process")``, issue 12): what the contract tests
+(run in both modes in ``test_loader_contract.py``) do not reach.
+
+The shared-memory ring (§1, §5: batches are views of it, never overwritten while held, no
+allocation in steady state, grown for a larger batch), failures (a dead worker named with
+its step and exit code, an exception whose pickle does not load), pickling errors, and
+lifetimes (close from another thread, Ctrl-C, interpreter exit, a consumer killed with
+SIGKILL: no worker process and nothing in /dev/shm left behind).
+
+The pickled datasets live in ``pipeline_parts.py`` so that workers import no test modules.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import onemodel_cy as om
+from onemodel_cy._bufferpool import Block
+from harness import _guard  # noqa: F401  (autouse: no worker may outlive a test)
+from harness import HERE, ROOT, Pipe, assert_no_workers, assert_same, finish, assert_stream_is_batch_at, drain, drain_ok
+from pipeline_parts import (DyingDataset, LockedDataset, PyDataset, RampDataset, StuckDataset, TwoPartError,
+                            TwoPartFailing)
+
+
+def _loader(dataset=None, workers=2, prefetch=2, sampler=None, **kw):
+    ds = om.SyntheticLineImages(48, 3, 1, 9, seed=4) if dataset is None else dataset
+    sampler = om.ShuffledSampler(len(ds), 4, 2) if sampler is None else sampler
+    return om.DataLoader(ds, sampler, om.ImageBatchCollator(augmentation=om.GainOffset()), seed=5,
+                         workers=workers, prefetch=prefetch, worker_mode="process", **kw)
+
+
+# --------------------------------------------------------------------------- the ring
+
+def test_batches_are_views_of_the_shared_ring_and_survive_while_held():
+    """§5 through processes: every batch after the first is built by a worker straight into the
+    ring (the consumer wraps the slot, it copies nothing), and a batch the user keeps is never
+    overwritten: holding all 30 batches makes the ring grow instead, and each still carries the
+    bytes of batch_at after the stream has ended."""
+    loader = _loader()
+    with loader.iter(0, 30) as stream:
+        ring = stream._engine.ring
+        held = drain_ok(stream)
+        assert ring.delivered == 29, f"the workers delivered {ring.delivered} of 29 steps through the ring"
+        assert ring.slots >= 29, f"30 batches held at once need 29 slots, the ring has {ring.slots}"
+    finish(loader)      # the stream parked its processes in the loader; its close ends them
+    assert_stream_is_batch_at(held, loader, range(30), "held batches after the stream ended")
+    assert all(type(b.images.base) is Block for b in held)
+
+
+def test_a_released_slot_is_reused_and_steady_state_adds_no_memory():
+    """§5 steady state: batches dropped after use give their slots back; over 200 steps the
+    ring keeps prefetch + workers + 1 slots and, once the largest batch was seen, no slot gets
+    new memory (no segment is replaced)."""
+    loader = _loader(prefetch=3)
+    with loader.iter(0, 200) as stream:
+        for batch in stream:
+            if batch.global_step == 100:
+                engine = stream._engine
+                versions, slots = list(engine.versions), engine.ring.slots
+        assert engine.ring.slots == slots <= 3 + 2 + 1
+        assert engine.versions == versions, "a slot got new memory in steady state"
+    finish(loader)
+
+
+def test_the_ring_grows_when_a_larger_batch_comes():
+    """§5 growth: every batch of a ramp is larger than the one before, so slots are given new,
+    larger memory as the stream goes; the bytes stay those of batch_at."""
+    ds = RampDataset(40)
+    loader = _loader(ds, sampler=om.SequentialSampler(40, 2))
+    with loader.iter(0, 20) as stream:
+        engine = stream._engine
+        batches = drain_ok(stream)
+        assert sum(engine.versions) >= 4, "the ring never grew"
+    assert_stream_is_batch_at(batches, loader, range(20), "growing batches")
+
+
+def test_zero_copy_into_torch():
+    """§5 through processes: torch.from_numpy of a batch's images shares the ring's memory."""
+    import torch    # a test dependency (the torch extra), as in test_torch_interop.py
+    loader = _loader()
+    with loader.iter(3, 6) as stream:
+        batches = drain_ok(stream)
+    tensor = torch.from_numpy(batches[-1].images)
+    assert tensor.data_ptr() == batches[-1].images.ctypes.data
+    assert_same(batches[-1], loader.batch_at(5), "step 5 seen through torch")
+
+
+# --------------------------------------------------------------------------- failures
+
+@pytest.mark.parametrize("how,code", [("exit", 3), ("kill", -signal.SIGKILL), ("segfault", -signal.SIGSEGV)])
+def test_a_dead_worker_is_reported_at_its_step_with_its_exit_code(how, code):
+    """§1 (errors), issue 12: a worker process that dies (os._exit, killed, a segfault in user
+    code) is reported at the step it was building, naming that step and the exit code; every
+    step before arrives; never a hang."""
+    pipe = Pipe(sampler="sequential", batch_size=2, count=40)
+    g = 7
+    bad = int(pipe.om_sampler().indices(0, g)[1])
+    loader = _loader(DyingDataset(pipe.base_dataset(), bad, how), sampler=pipe.om_sampler(), prefetch=3)
+    batches, error = drain(loader.iter(), stall=10.0)
+    assert [b.global_step for b in batches] == list(range(g))
+    assert isinstance(error, RuntimeError), repr(error)
+    assert f"global step {g}" in str(error) and f"exit code {code}" in str(error), str(error)
+    assert_no_workers("after a worker died")
+
+
+def test_an_exception_that_does_not_unpickle_arrives_as_text():
+    """§1 (errors): an exception whose pickle cannot be loaded still arrives at its step: a
+    RuntimeError naming its type and message, with the worker's traceback text."""
+    pipe = Pipe(sampler="sequential", batch_size=2, count=40)
+    bad = int(pipe.om_sampler().indices(0, 5)[0])
+    loader = _loader(TwoPartFailing(pipe.base_dataset(), bad), sampler=pipe.om_sampler())
+    batches, error = drain(loader.iter())
+    assert len(batches) == 5
+    assert isinstance(error, RuntimeError) and not isinstance(error, TwoPartError)
+    assert "TwoPartError" in str(error) and f"broken read at {bad}" in str(error)
+    notes = "\n".join(error.__notes__)
+    assert "in get_sample" in notes and "global step 5" in notes, notes
+
+
+def test_an_unpicklable_dataset_or_transform_is_named():
+    """Issue 12: a dataset (or transform) that cannot be pickled is a TypeError when the stream
+    starts, naming which part failed and its type; no process is left."""
+    with pytest.raises(TypeError, match=r"dataset .*LockedDataset cannot be pickled"):
+        _loader(LockedDataset(om.SyntheticLineImages(48, 3, 1, 9))).iter()
+    with pytest.raises(TypeError, match=r"the transform .*function cannot be pickled"):
+        _loader(transform=lambda sample, rng: sample).iter()
+    assert_no_workers()
+
+
+@pytest.mark.parametrize("mode,error", [("fork", ValueError), ("", ValueError), (1, TypeError), (None, TypeError)])
+def test_bad_worker_mode_is_refused(mode, error):
+    """Concern: argument checks. worker_mode is "thread" or "process"."""
+    with pytest.raises(error, match="worker_mode"):
+        om.DataLoader(
+            om.SyntheticLineImages(8, 2, 1, 3), om.SequentialSampler(8, 2), om.ImageBatchCollator(), seed=0,
+            workers=1, worker_mode=mode)
+
+
+# --------------------------------------------------------------------------- lifetimes
+
+def test_close_from_another_thread_ends_a_consumer_waiting_on_a_stuck_worker():
+    """Concern: bounded shutdown. A consumer waiting for a step whose worker is stuck in user
+    code (a 60 s read) stops when another thread closes the stream; the stuck process is
+    terminated after the bounded wait, well before its read would end."""
+    pipe = Pipe(sampler="sequential", batch_size=2, count=40)
+    bad = int(pipe.om_sampler().indices(0, 3)[0])
+    loader = _loader(StuckDataset(pipe.base_dataset(), bad, 60.0), sampler=pipe.om_sampler())
+    stream = loader.iter()
+    drain_ok(stream, 3)
+    t0 = time.monotonic()
+    closer = threading.Timer(0.3, stream.close)
+    closer.start()
+    with pytest.raises(StopIteration):
+        next(stream)
+    woke = time.monotonic() - t0
+    closer.join(10)
+    closed = time.monotonic() - t0
+    assert woke < 2 and closed < 8, f"the consumer woke after {woke:.1f} s, close returned after {closed:.1f} s"
+    assert_no_workers("after close from another thread")
+
+
+def test_timeout_and_kept_workers_between_passes():
+    """§1 (timeout; persistent workers): a step slower than ``timeout`` is a TimeoutError; a
+    completed `for batch in loader` pass keeps its worker processes for the next pass (same
+    pids), loader.close() ends them; switching worker_mode between streams changes nothing in
+    the bytes."""
+    pipe = Pipe(sampler="sequential", batch_size=2, count=40)
+    bad = int(pipe.om_sampler().indices(0, 4)[0])
+    slow = _loader(StuckDataset(pipe.base_dataset(), bad, 3.0), sampler=pipe.om_sampler(), timeout=0.5)
+    with pytest.raises(TimeoutError):
+        drain_ok(slow.iter(0, 10))
+    loader = _loader(prefetch=3)
+    S = loader.steps_per_epoch
+    first = list(loader)
+    pids = [p.pid for p in loader._idle_engine.threads]
+    second = list(loader)
+    assert [p.pid for p in loader._idle_engine.threads] == pids, "the second pass started new processes"
+    loader.close()
+    assert_no_workers("after loader.close()")
+    loader.worker_mode = "thread"
+    third = list(loader)
+    loader.close()
+    assert_stream_is_batch_at(first + second + third, loader, range(3 * S), "three passes, two modes")
+
+
+_CHILD = textwrap.dedent("""
+    import json, multiprocessing, os, sys, time
+    import onemodel_cy as om
+    from multiprocessing import forkserver
+
+    if __name__ == "__main__":
+        ds = om.SyntheticLineImages(64, 3, 1, 9, seed=4)
+        loader = om.DataLoader(ds, om.ShuffledSampler(64, 4, 2), om.ImageBatchCollator(), seed=1,
+                               workers=2, prefetch=3, worker_mode="process")
+        stream = loader.iter()
+        held = [next(stream) for _ in range(6)]
+        pids = [p.pid for p in stream._engine.threads] + [forkserver._forkserver._forkserver_pid]
+        maps = "".join(open(f"/proc/{pid}/maps").read() for pid in [os.getpid()] + pids[:2])
+        print(json.dumps({"pids": pids, "ring": [line.split(None, 5)[-1] for line in maps.splitlines()
+                                                  if "onemodel_cy-ring" in line]}), flush=True)
+        if sys.argv[1] == "hold":
+            time.sleep(60)
+        elif sys.argv[1] == "sigint":
+            try:
+                while True:
+                    next(stream)
+            except KeyboardInterrupt:
+                print(json.dumps([p.pid for p in multiprocessing.active_children()]), flush=True)
+        # "exit": the interpreter exits with the stream open
+""")
+
+
+def _gone(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")   # a zombie has ended
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
+def _shm():
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def _run_child(how):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, HERE, os.environ.get("PYTHONPATH", "")]))
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, how], stdout=subprocess.PIPE, text=True, env=env,
+                             cwd=ROOT)
+    report = json.loads(child.stdout.readline())
+    return child, report
+
+
+def _assert_all_gone(pids, before, what, seconds=10.0):
+    deadline = time.monotonic() + seconds
+    while not all(_gone(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all(_gone(p) for p in pids), f"{what}: processes left running: {[p for p in pids if not _gone(p)]}"
+    ours = [n for n in _shm() - before if "onemodel" in n or n.startswith(("sem.mp-", "mp-", "psm_"))]
+    assert not ours, f"{what}: left in /dev/shm: {ours}"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc and /dev/shm (Linux)")
+@pytest.mark.parametrize("how", ["hold", "exit", "sigint"])
+def test_no_process_or_shared_memory_outlives_the_consumer(how):
+    """Issue 12 (clean lifetimes): a consumer killed with SIGKILL while holding batches, one
+    whose interpreter exits with the stream open, and one interrupted by Ctrl-C leave no worker
+    process (nor the forkserver) and nothing in /dev/shm: the ring's memory is anonymous
+    (memfd), never a named file, and each worker exits when its consumer's socket ends."""
+    before = _shm()
+    child, report = _run_child(how)
+    assert report["ring"], "the ring is not mapped in the consumer and its workers"
+    assert all("/dev/shm" not in name and "memfd:" in name for name in report["ring"]), report["ring"]
+    if how == "hold":
+        child.send_signal(signal.SIGKILL)
+    elif how == "sigint":
+        time.sleep(0.3)
+        child.send_signal(signal.SIGINT)
+        assert json.loads(child.stdout.readline()) == [], "worker processes alive after Ctrl-C closed the stream"
+    child.wait(20)
+    child.stdout.close()
+    _assert_all_gone(report["pids"], before, how)
