@@ -159,14 +159,14 @@ class ProcessEngine:
         self.results = {}                        # g -> ("batch", slot, dims) | ("error", exception)
         self.dispatched = {}                     # g -> task id, steps sent and not yet answered
         self._task_ids = 0
-        self.persistent = loader.persistent_workers     # parked between streams (see _stream.py)
+        self.persistent = loader.persistent_workers     # parked between streams (see _engine.py)
         self.next_take = start
         self.next_send = start + 1 if local_first else start
         self.local_claim = start if local_first else None  # the step the consumer builds itself
         ctx = _context()
         self.pool = [_Worker(ctx, payload, k) for k in range(workers)]
         self.threads = [w.process for w in self.pool]      # BatchStream's repr counts them
-        from onemodel_cy._stream import _live_engines
+        from onemodel_cy._engine import _live_engines
         _live_engines.add(self)
         with self._state:
             self._dispatch()
