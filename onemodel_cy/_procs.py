@@ -43,6 +43,7 @@ from multiprocessing.connection import wait as wait_for
 
 from onemodel_cy import _procworker
 from onemodel_cy._shmring import Segment, ShmRing
+from onemodel_cy._validate import note_exception
 
 __all__ = ["ProcessEngine", "pickled_pipeline"]
 
@@ -126,8 +127,8 @@ def _remote_error(worker, g, payload):
             error = None
     if not isinstance(error, BaseException):
         error = RuntimeError(f"{kind}: {message}")
-    error.add_note(f"onemodel_cy: raised in worker process {worker.process.pid} while building global "
-                   f"step {g}; its traceback there:\n{text.rstrip()}")
+    note_exception(error, f"onemodel_cy: raised in worker process {worker.process.pid} while building global "
+                    f"step {g}; its traceback there:\n{text.rstrip()}")
     return error
 
 

@@ -150,3 +150,11 @@ def check_integer(value, name, minimum=None, maximum=None):
         high = "inf" if maximum is None else maximum
         raise ValueError(f"{name} must be an integer in [{low}, {high}], received {v}")
     return v
+
+
+def note_exception(error, note):
+    """``add_note`` for Python callers (the process engine): ``error.add_note(note)``, also on 3.10."""
+    if not isinstance(error, BaseException) or not isinstance(note, str):
+        raise TypeError(f"note_exception(error, note) takes an exception and a str, received "
+                        f"{type(error).__name__} and {type(note).__name__}")
+    add_note(error, note)
