@@ -128,7 +128,7 @@ def _remote_error(worker, g, payload):
     if not isinstance(error, BaseException):
         error = RuntimeError(f"{kind}: {message}")
     note_exception(error, f"onemodel_cy: raised in worker process {worker.process.pid} while building global "
-                    f"step {g}; its traceback there:\n{text.rstrip()}")
+                          f"step {g}; its traceback there:\n{text.rstrip()}")
     return error
 
 
