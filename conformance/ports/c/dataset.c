@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+const char DATASET_FAILURE[] = "the dataset failed";
+
 const char *synthetic_check(const Synthetic *d)
 {
     if (d->height < 1 || d->channels < 1 || d->min_width < 1)
@@ -18,6 +20,7 @@ const char *synthetic_check(const Synthetic *d)
 const char *synthetic_sample(const Synthetic *d, uint64_t i, Sample *out)
 {
     if (i >= d->count) return "index out of range";
+    if (d->fails && i == d->fails_at) return DATASET_FAILURE;
     Rng g = { derive(d->seed, 0, i, 0, STREAM_SYNTH_LABEL) };
     uint64_t width = d->min_width + next_int(&g, d->max_width - d->min_width + 1);
     uint64_t per_16 = width / 16;

@@ -60,7 +60,7 @@ int as_bool(const Json *v)
 
 #define TRY(expr) do { const char *why_ = (expr); if (why_) return why_; } while (0)
 
-static const char *sources_from_json(const Json *list, Sampler *s)
+const char *sources_from_json(const Json *list, Sampler *s)
 {
     s->n_sources = array_len(list);
     s->sources = calloc(s->n_sources + 1, sizeof *s->sources);
@@ -113,6 +113,8 @@ const char *synthetic_from_json(const Json *spec, Synthetic *d)
     TRY(as_u64(need(spec, "max_width"), &d->max_width));
     TRY(as_u64(need(spec, "channels"), &d->channels));
     d->seed = as_mod64(need(spec, "seed"));
+    d->fails = json_get(spec, "fails_at") != NULL;
+    if (d->fails) TRY(as_u64(json_get(spec, "fails_at"), &d->fails_at));
     return synthetic_check(d);
 }
 

@@ -18,6 +18,7 @@ double as_f64(const Json *v);                                    /* "0x" + 16 he
 int as_bool(const Json *v);
 
 const char *sampler_from_json(const Json *spec, Sampler *s);     /* built and checked */
+const char *sources_from_json(const Json *list, Sampler *s);     /* a mixing sampler's sources */
 const char *synthetic_from_json(const Json *spec, Synthetic *d);
 const char *augment_from_json(const Json *spec, Augment *a);     /* null gives AUG_NONE */
 const char *collator_from_json(const Json *spec, Collator *c);   /* width_multiple, pad_value, augmentation */
@@ -34,9 +35,12 @@ const char *op_table(const Json *in, Out *o);
 const char *op_points(const Json *in, Out *o);
 const char *op_sampler(const Json *in, Out *o);
 const char *op_sampler_error(const Json *in, Out *o);
+const char *op_mixing_pick(const Json *in, Out *o);
 const char *op_collate(const Json *in, Out *o);
 const char *op_planar(const Json *in, Out *o);
 const char *op_synthetic(const Json *in, Out *o);
 const char *op_stream(const Json *in, Out *o);
+const char *op_stream_iter(const Json *in, Out *o);
+const char *op_stream_digest(const Json *in, Out *o);
 
 #endif

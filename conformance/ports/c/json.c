@@ -189,11 +189,9 @@ Json *json_parse_file(const char *path, char *err, size_t err_size)
         skip_space(&p);
         if (p.s != p.end) p.error = "trailing characters";
     }
-    if (p.error) {
-        snprintf(err, err_size, "%s: %s at byte %ld", path, p.error, (long)(p.s - text));
-        return NULL;
-    }
-    return root;
+    if (p.error) snprintf(err, err_size, "%s: %s at byte %ld", path, p.error, (long)(p.s - text));
+    free(text);              /* the tree holds copies of its strings */
+    return p.error ? NULL : root;
 }
 
 const Json *json_get(const Json *object, const char *key)

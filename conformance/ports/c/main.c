@@ -17,6 +17,7 @@ static const struct { const char *name; Op run; } OPS[] = {
     { "table", op_table }, { "points", op_points }, { "sampler", op_sampler },
     { "sampler_error", op_sampler_error }, { "collate", op_collate }, { "gray8", op_planar },
     { "rgb8", op_planar }, { "synthetic", op_synthetic }, { "stream", op_stream },
+    { "mixing_pick", op_mixing_pick }, { "stream_iter", op_stream_iter }, { "stream_digest", op_stream_digest },
 };
 
 static Op find_op(const char *name)

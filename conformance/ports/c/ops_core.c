@@ -121,6 +121,19 @@ const char *op_points(const Json *in, Out *o)
     return NULL;
 }
 
+/* D10: "cumulative": the bounds of the eligible sources, float64 bits. */
+static void out_cumulative(Out *o, const Sampler *s)
+{
+    out_printf(o, ", \"cumulative\": [");
+    for (size_t i = 0, first = 1; i < s->n_sources; i++)
+        if (s->sources[i].share > 0.0 && s->sources[i].size > 0) {
+            out_printf(o, first ? "" : ", ");
+            out_f64_bits(o, s->cumulative[i]);
+            first = 0;
+        }
+    out_printf(o, "]");
+}
+
 const char *op_sampler(const Json *in, Out *o)
 {
     Sampler s;
@@ -131,16 +144,7 @@ const char *op_sampler(const Json *in, Out *o)
     out_u64(o, s.steps_per_epoch);
     out_printf(o, ", \"batch_size\": ");
     out_u64(o, s.batch_size);
-    if (s.kind == MIXING) {            /* D10: the bounds of the eligible sources */
-        out_printf(o, ", \"cumulative\": [");
-        for (size_t i = 0, first = 1; i < s.n_sources; i++)
-            if (s.sources[i].share > 0.0 && s.sources[i].size > 0) {
-                out_printf(o, first ? "" : ", ");
-                out_f64_bits(o, s.cumulative[i]);
-                first = 0;
-            }
-        out_printf(o, "]");
-    }
+    if (s.kind == MIXING) out_cumulative(o, &s);
     out_printf(o, ", \"epochs\": [");
     for (size_t e = 0; e < array_len(epochs); e++) {
         uint64_t epoch;
@@ -162,6 +166,7 @@ const char *op_sampler(const Json *in, Out *o)
     }
     out_printf(o, "]}");
     free(batch);
+    sampler_free(&s);
     return NULL;
 }
 
@@ -181,6 +186,40 @@ const char *op_sampler_error(const Json *in, Out *o)
         free(batch);
         TRY(why);
     }
+    sampler_free(&s);
     out_printf(o, "{\"accepted\": true}");
+    return NULL;
+}
+
+/* D10 one pick at a time: a mixing sampler of batch 1 and 1 step per epoch, with each
+ * pick's seed; the source it picked and the index it drew. */
+const char *op_mixing_pick(const Json *in, Out *o)
+{
+    Sampler s;
+    const Json *picks = need(in, "picks");
+    memset(&s, 0, sizeof s);
+    s.kind = MIXING;
+    s.batch_size = s.steps_per_epoch = 1;
+    TRY(sources_from_json(need(in, "sources"), &s));
+    TRY(sampler_check(&s));
+    size_t n = array_len(picks), *sources = malloc((n + 1) * sizeof *sources);
+    uint64_t *indices = malloc((n + 1) * sizeof *indices);
+    for (size_t k = 0; k < n; k++) {
+        s.seed = as_mod64(need(json_at(picks, k), "seed"));
+        indices[k] = mixing_slot(&s, 0, 0, 0, &sources[k]);
+    }
+    out_printf(o, "{\"sources\": [");
+    for (size_t k = 0; k < n; k++) out_printf(o, "%s\"%zu\"", k ? ", " : "", sources[k]);
+    out_printf(o, "], \"indices\": [");
+    for (size_t k = 0; k < n; k++) {
+        out_printf(o, k ? ", " : "");
+        out_u64(o, indices[k]);
+    }
+    out_printf(o, "]");
+    out_cumulative(o, &s);
+    out_printf(o, "}");
+    free(sources);
+    free(indices);
+    sampler_free(&s);
     return NULL;
 }

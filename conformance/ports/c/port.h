@@ -64,9 +64,12 @@ typedef struct {
 
 /* Each returns NULL on success, or a static message saying why the input is refused. */
 const char *sampler_check(Sampler *s);
+void sampler_free(Sampler *s);
 const char *sampler_indices(Sampler *s, uint64_t epoch, uint64_t step, uint64_t *out, size_t *count);
 /* D10: the source (an index into s->sources) that a draw u picks. */
 size_t mixing_pick(const Sampler *s, double u);
+/* The index of slot j of (epoch, step) of a mixing sampler, and the source it came from. */
+uint64_t mixing_slot(const Sampler *s, uint64_t epoch, uint64_t step, uint64_t j, size_t *source);
 
 /* ------------------------------------------------------------------ §4 samples and collation */
 
@@ -111,7 +114,13 @@ void batch_free(Batch *b);
 
 typedef struct {
     uint64_t count, height, min_width, max_width, channels, seed;
+    int fails;               /* the vectors' failing dataset: get_sample(fails_at) raises */
+    uint64_t fails_at;
 } Synthetic;
+
+/* What synthetic_sample returns for the failing index: a dataset error (§1: delivered at
+ * its step, then the stream ends), not a refused input. */
+extern const char DATASET_FAILURE[];
 
 const char *synthetic_check(const Synthetic *d);
 const char *synthetic_sample(const Synthetic *d, uint64_t i, Sample *out);
@@ -127,6 +136,7 @@ const char *u8_to_planar(const uint8_t *src, size_t src_len, size_t channels, si
 
 /* ------------------------------------------------------------------ SHA-256 of the float arrays */
 
+void sha256(const void *data, size_t len, unsigned char digest[32]);
 void sha256_hex(const void *data, size_t len, char hex[65]);
 
 #endif

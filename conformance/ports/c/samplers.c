@@ -79,6 +79,15 @@ size_t mixing_pick(const Sampler *s, double u)
     return last;            /* D10: the last eligible source */
 }
 
+/* D10: slot j draws u, picks a source with it, then draws the index within the source. */
+uint64_t mixing_slot(const Sampler *s, uint64_t epoch, uint64_t step, uint64_t j, size_t *source)
+{
+    Rng rng = { derive(s->seed, epoch, step, j, STREAM_MIXING) };
+    *source = mixing_pick(s, next_double(&rng));
+    const Source *src = &s->sources[*source];
+    return src->start + next_int(&rng, src->size);
+}
+
 static int by_bucket_key(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -134,15 +143,18 @@ const char *sampler_indices(Sampler *s, uint64_t epoch, uint64_t step, uint64_t 
         for (uint64_t p = step * B; p < step * B + B && p < s->n; p++)
             out[(*count)++] = (s->kind == SEQUENTIAL) ? p : shuffled_index(s, epoch, p);
     } else if (s->kind == MIXING) {
-        for (uint64_t j = 0; j < B; j++) {
-            Rng rng = { derive(s->seed, epoch, step, j, STREAM_MIXING) };
-            const Source *src = &s->sources[mixing_pick(s, next_double(&rng))];
-            out[(*count)++] = src->start + next_int(&rng, src->size);
-        }
+        size_t source;
+        for (uint64_t j = 0; j < B; j++) out[(*count)++] = mixing_slot(s, epoch, step, j, &source);
     } else {
         if (!s->plan_valid || s->plan_epoch != epoch) bucketed_plan(s, epoch);
         memcpy(out, s->plan + step * B, B * sizeof *out);
         *count = B;
     }
     return NULL;
+}
+
+void sampler_free(Sampler *s)
+{
+    free(s->sources); free(s->cumulative); free(s->lengths); free(s->plan);
+    memset(s, 0, sizeof *s);
 }

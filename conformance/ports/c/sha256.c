@@ -28,20 +28,18 @@ static void compress(uint32_t h[8], const unsigned char block[64])
         uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
         w[i] = w[i - 16] + s0 + w[i - 7] + s1;
     }
-    memcpy(v, h, sizeof v);
+    uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], hh = h[7];
     for (int i = 0; i < 64; i++) {
-        uint32_t t1 = v[7] + (rotr(v[4], 6) ^ rotr(v[4], 11) ^ rotr(v[4], 25))
-                    + ((v[4] & v[5]) ^ (~v[4] & v[6])) + K[i] + w[i];
-        uint32_t t2 = (rotr(v[0], 2) ^ rotr(v[0], 13) ^ rotr(v[0], 22))
-                    + ((v[0] & v[1]) ^ (v[0] & v[2]) ^ (v[1] & v[2]));
-        memmove(v + 1, v, 7 * sizeof *v);
-        v[4] += t1;
-        v[0] = t1 + t2;
+        uint32_t t1 = hh + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + K[i] + w[i];
+        uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+        hh = g; g = f; f = e; e = d + t1;
+        d = c; c = b; b = a; a = t1 + t2;
     }
+    v[0] = a; v[1] = b; v[2] = c; v[3] = d; v[4] = e; v[5] = f; v[6] = g; v[7] = hh;
     for (int i = 0; i < 8; i++) h[i] += v[i];
 }
 
-void sha256_hex(const void *data, size_t len, char hex[65])
+void sha256(const void *data, size_t len, unsigned char digest[32])
 {
     uint32_t h[8] = { 0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
                       0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19 };
@@ -56,5 +54,12 @@ void sha256_hex(const void *data, size_t len, char hex[65])
     uint64_t bits = (uint64_t)len * 8;
     for (int b = 0; b < 8; b++) tail[blocks * 64 - 1 - b] = (unsigned char)(bits >> (8 * b));
     for (size_t b = 0; b < blocks; b++) compress(h, tail + 64 * b);
-    for (int i = 0; i < 8; i++) sprintf(hex + 8 * i, "%08lx", (unsigned long)h[i]);
+    for (int i = 0; i < 32; i++) digest[i] = (unsigned char)(h[i / 4] >> (24 - 8 * (i % 4)));
+}
+
+void sha256_hex(const void *data, size_t len, char hex[65])
+{
+    unsigned char digest[32];
+    sha256(data, len, digest);
+    for (int i = 0; i < 32; i++) sprintf(hex + 2 * i, "%02x", digest[i]);
 }
