@@ -4,6 +4,7 @@ Run from the repository root:
 
     python spec_tests/generate_vectors.py            # (re)write the JSON files
     python spec_tests/generate_vectors.py --check    # exit 1 if a file would change
+    python spec_tests/generate_vectors.py --freeze   # record new cases in vector_baseline.json
 
 Only ``reference.py`` (the pure-Python transcription of the spec) computes anything here;
 the compiled package is never imported: the encoding (``onemodel_cy/conformance/codec.py``,
@@ -14,10 +15,12 @@ described in the README.md beside the vectors.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
 import sys
+import types
 
 import numpy as np
 
@@ -26,6 +29,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 import reference as R  # noqa: E402
+import vector_additions  # noqa: E402
 
 
 def _load_codec():
@@ -668,8 +672,21 @@ def build_synthetic() -> dict:
 # writing
 # ---------------------------------------------------------------------------
 
+def _with_additions(stem, build):
+    """``build``'s document with ``vector_additions.extra_<stem>``'s cases appended after the
+    released ones (which therefore keep their place and bytes)."""
+    def build_all_cases():
+        doc = build()
+        extra = getattr(vector_additions, "extra_" + stem, None)
+        if extra is not None:
+            doc["cases"] += extra(types.SimpleNamespace(**globals()))
+        return doc
+    return build_all_cases
+
+
 # One builder per vector file, found by name: ``rng.json`` is written by ``build_rng``.
-BUILDERS = {name: globals()["build_" + name.removesuffix(".json")] for name in codec.VECTOR_FILES}
+BUILDERS = {name: _with_additions(name.removesuffix(".json"), globals()["build_" + name.removesuffix(".json")])
+            for name in codec.VECTOR_FILES}
 
 
 def dumps(obj: dict) -> str:
@@ -687,7 +704,39 @@ def build_all() -> dict:
     return {name: dumps(fn()) for name, fn in BUILDERS.items()}
 
 
+BASELINE = os.path.join(HERE, "vector_baseline.json")
+
+
+def case_digest(case) -> str:
+    """The sha256 of a case's canonical JSON (sorted keys, no spaces)."""
+    text = json.dumps(case, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def freeze() -> int:
+    """Record the digest of every case not yet in vector_baseline.json; never rewrite one
+    that is (a released case never changes)."""
+    with open(BASELINE, encoding="utf-8") as fh:
+        baseline = json.load(fh)
+    added = 0
+    for name in codec.VECTOR_FILES:
+        known = baseline.setdefault(name, {})
+        for c in codec.load(name)["cases"]:
+            if c["name"] not in known:
+                known[c["name"]] = case_digest(c)
+                added += 1
+    body = ",\n".join(json.dumps(name) + ": {\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}"
+                                                                for k, v in cases.items()) + "\n}"
+                      for name, cases in baseline.items())
+    with open(BASELINE, "w", encoding="utf-8", newline="\n") as fh:
+        fh.write("{\n" + body + "\n}\n")
+    print(f"vector_baseline.json: {added} cases added")
+    return 0
+
+
 def main(argv) -> int:
+    if "--freeze" in argv:
+        return freeze()
     check = "--check" in argv
     stale = []
     for name, text in build_all().items():

@@ -578,3 +578,57 @@ def rgb8_to_planar(src, mean, std) -> np.ndarray:
         prod = np.multiply(src[:, :, c].astype(np.float32), scale, dtype=np.float32)
         out[c] = np.subtract(prod, bias, dtype=np.float32)
     return out
+
+
+# ---------------------------------------------------------------------------
+# Inverses and rules used to write the conformance vectors (not part of the text)
+# ---------------------------------------------------------------------------
+
+def _unshift(z: int, shift: int) -> int:
+    """The inverse of ``z ^ (z >> shift)`` on 64 bits."""
+    x = z
+    for _ in range(64 // shift + 1):
+        x = z ^ (x >> shift)
+    return x
+
+
+def unmix(y) -> int:
+    """The ``x`` with ``mix(x) == y``: SplitMix64's output function is a bijection of 64-bit words."""
+    z = _unshift(_u64(y, "y"), 31)
+    z = _unshift((z * pow(MUL2, -1, 1 << 64)) & M64, 27)
+    z = _unshift((z * pow(MUL1, -1, 1 << 64)) & M64, 30)
+    return (z - GOLDEN) & M64
+
+
+def seed_deriving(state, epoch, step, slot, stream) -> int:
+    """The seed with ``derive(seed, epoch, step, slot, stream) == state`` (each step of
+    ``derive`` is a ``mix`` of a sum, so it can be undone)."""
+    h = _u64(state, "state")
+    for v in reversed([epoch, step, slot, stream]):
+        h = (unmix(h) - _u64(v, "v")) & M64
+    return unmix(h) ^ DERIVE_SALT
+
+
+def state_drawing_double(u: float) -> int:
+    """A state whose first ``next_double`` is ``u`` (``u`` must be a multiple of 2^-53 in [0, 1))."""
+    k = u * (1 << 53)
+    if not (0.0 <= u < 1.0 and k == int(k)):
+        raise ValueError(f"{u!r} is not a next_double value")
+    return unmix(int(k) << 11)
+
+
+def loader_ranks_allowed(sampler, world_size) -> bool:
+    """The loader's rank rule: ``world_size >= 1`` divides the batch size, and the last
+    batch of an epoch (shorter without drop-last) gives every rank at least one sample."""
+    if world_size < 1 or sampler.batch_size % world_size:
+        return False
+    share = sampler.batch_size // world_size
+    last = len(sampler.indices(0, sampler.steps_per_epoch - 1))
+    return last > (world_size - 1) * share
+
+
+def raw_layout_allowed(size, height, width, stride, channels) -> bool:
+    """§6 on a raw buffer: a row stride of at least ``width * channels`` bytes, and
+    ``(height - 1) * stride + width * channels`` bytes in the buffer."""
+    row = width * channels
+    return stride >= row and size >= (height - 1) * stride + row

@@ -40,13 +40,14 @@ def _check(results, **kw):
 
 def test_checker_passes_the_package_and_names_a_wrong_value(own_results):
     """Concern: conformance kit. A port whose one label of one stream batch is off
-    fails, and the report names the case, its pins and the path of the wrong value."""
+    fails, and the report names the case, its pins and the path of the wrong value, the
+    batch named by its global step and rank (issue 11: not by its position in the list)."""
     assert _check(own_results)[0] == 0
     broken = copy.deepcopy(own_results)
     broken["stream.json"]["cases"][0]["output"]["batches"][1]["labels"][0] += 1
     failures, report = _check(broken)
     assert failures == 1
-    assert "batches[1].labels[0]" in report and "§1" in report
+    assert "batches[g=1 rank=0].labels[0]" in report and "§1" in report
 
 
 def test_checker_catches_a_wrong_float_bit_and_a_missing_case(own_results):
@@ -87,3 +88,52 @@ def test_cli_export_run_and_check(tmp_path):
     doc["cases"][0]["output"]["widths"][0] += 1
     (tmp_path / "results" / "collate.json").write_text(json.dumps(doc))
     assert main(["check", str(tmp_path / "results")]) == 1
+
+
+class _Mutants:
+    """The oracle with one §3 mixing pick bug switched on (for the kit to catch)."""
+
+    def __init__(self, pick):
+        import reference as R
+
+        class Mixing(R.MixingSampler):
+            def pick(self, rng):
+                return pick(self, rng)
+        self.MixingSampler = Mixing
+        self.R = R
+
+    def __getattr__(self, name):
+        return getattr(self.R, name)
+
+
+def _pick_greater_or_equal(sampler, rng):
+    u = rng.next_double()
+    chosen = next((e for e in sampler._table if e[0] >= u), sampler._table[-1])
+    return chosen[1] + rng.next_int(chosen[2])
+
+
+def _pick_literal_last_source(sampler, rng):
+    u = rng.next_double()
+    chosen = next((e for e in sampler._table if e[0] > u), None)
+    if chosen is None:             # the bug: the last source given, eligible or not
+        start, size, _ = sampler.sources[-1]
+        return start + rng.next_int(max(size, 1))
+    return chosen[1] + rng.next_int(chosen[2])
+
+
+@pytest.mark.parametrize("mutant, case_name", [
+    (_pick_greater_or_equal, "mixing_pick_u_on_bounds_zero_and_empty_sources_between"),
+    (_pick_literal_last_source, "mixing_pick_last_bound_below_1_falls_back_to_last_eligible"),
+])
+def test_mixing_pick_cases_catch_the_classic_bugs(mutant, case_name):
+    """D10: the strict `c_i > u` and the last *eligible* fallback were unreachable in the
+    first vectors (issue 11). A mixing pick using `>=`, or falling back to the literal last
+    source, now fails a mixing_pick case, and the samplers' epoch cases alone would not
+    have caught it."""
+    from onemodel_cy.conformance.codec import load as load_file
+    from onemodel_cy.conformance.replay import replay
+    api = _Mutants(mutant)
+    failing = [c["name"] for c in load_file("samplers.json")["cases"]
+               if differences(c["output"], replay(api, c))]
+    assert case_name in failing
+    assert all(name.startswith("mixing_pick") for name in failing)

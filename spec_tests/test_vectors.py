@@ -9,7 +9,10 @@ The vectors live in onemodel_cy/conformance/vectors/.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -156,3 +159,51 @@ def test_generator_rewrites_identical_files():
                          cwd=os.path.dirname(os.path.dirname(GENERATOR)), timeout=600)
     assert run.returncode == 0, (f"stale vectors or a compiled import: run python spec_tests/generate_vectors.py\n"
                                  f"{run.stdout}{run.stderr}")
+
+
+BASELINE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "vector_baseline.json")
+
+
+def _case_digest(case) -> str:
+    return hashlib.sha256(json.dumps(case, sort_keys=True, separators=(",", ":"),
+                                     ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+def test_released_cases_never_change():
+    """Concern: conformance kit (bytes never change). Every case of the released vectors,
+    recorded by its digest in vector_baseline.json, is still in its file, name, pins,
+    input and expected output unchanged: new cases are only ever added."""
+    with open(BASELINE, encoding="utf-8") as fh:
+        baseline = json.load(fh)
+    assert sum(len(cases) for cases in baseline.values()) >= 299
+    for name, cases in baseline.items():
+        current = {c["name"]: _case_digest(c) for c in load_vectors(name)["cases"]}
+        changed = [case for case, digest in cases.items() if current.get(case) != digest]
+        assert changed == [], f"{name}: released cases changed or removed: {changed[:5]}"
+
+
+def _committed(path):
+    """The text of ``path`` at the checkout's HEAD, or None outside a git checkout."""
+    git = shutil.which("git")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if git is None or not os.path.isdir(os.path.join(root, ".git")) and not os.path.isfile(os.path.join(root, ".git")):
+        return None
+    run = subprocess.run([git, "show", f"HEAD:{path}"], capture_output=True, text=True, cwd=root, timeout=60)
+    return run.stdout if run.returncode == 0 else None
+
+
+def test_committed_cases_unchanged_in_the_working_copy():
+    """Concern: conformance kit (bytes never change). Against git: every case of each
+    vector file as committed at HEAD is unchanged in the working copy (a regenerated file
+    may add cases, never alter one), so an edit is caught before it is committed."""
+    compared = 0
+    for name in VECTOR_FILES:
+        text = _committed(f"onemodel_cy/conformance/vectors/{name}")
+        if text is None:
+            continue
+        current = {c["name"]: c for c in load_vectors(name)["cases"]}
+        for case in json.loads(text)["cases"]:
+            assert current.get(case["name"]) == case, f"{name}:{case['name']} changed since HEAD"
+            compared += 1
+    if _committed("onemodel_cy/conformance/vectors/rng.json") is not None:
+        assert compared >= 299

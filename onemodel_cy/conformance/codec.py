@@ -10,6 +10,7 @@ that writing the vectors never imports the compiled package.
 """
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import math
@@ -92,6 +93,49 @@ def f32_array_from(encoded: dict) -> np.ndarray:
     """The float32 array an ``f32_array(..., full=True)`` encoding holds."""
     bits = np.array([int(h, 16) for h in encoded["values_f32"]], dtype=np.uint32)
     return bits.view(np.float32).reshape(encoded["shape"])
+
+
+def f32_array_data(encoded: dict):
+    """The float32 array a results file wrote in full (``values_f32`` or ``data_b64``, the
+    base64 of its little-endian C-order bytes), or ``None`` when it wrote only the hash.
+    Raises ``ValueError`` when the values do not fit the shape."""
+    shape = [int(d) for d in encoded["shape"]]
+    count = int(np.prod(shape)) if shape else 1
+    if "values_f32" in encoded:
+        bits = np.array([int(h, 16) for h in encoded["values_f32"]], dtype=np.uint64)
+        if bits.size != count or (bits >> 32).any():
+            raise ValueError(f"values_f32 holds {bits.size} values, the shape {shape} needs {count}")
+        return bits.astype("<u4").view("<f4").reshape(shape)
+    if "data_b64" in encoded:
+        raw = base64.b64decode(encoded["data_b64"], validate=True)
+        if len(raw) != 4 * count:
+            raise ValueError(f"data_b64 holds {len(raw)} bytes, the shape {shape} needs {4 * count}")
+        return np.frombuffer(raw, dtype="<f4").reshape(shape)
+    return None
+
+
+def batch_digest(arrays) -> bytes:
+    """The sha256 (32 raw bytes) of one collated batch: its six ``BATCH_FIELDS`` arrays'
+    little-endian bytes concatenated in that order (images as float32 in C order, the rest
+    as int32). A ``stream_digest`` case hashes these, step after step, into one digest."""
+    digest = hashlib.sha256()
+    for name in BATCH_FIELDS:
+        dtype = "<f4" if name == "images" else "<i4"
+        digest.update(np.ascontiguousarray(arrays[name], dtype=dtype).tobytes())
+    return digest.digest()
+
+
+def cumulative_bounds(shares) -> list:
+    """D10's cumulative bounds of the eligible sources' float64 ``shares``: the total summed
+    left to right, then ``c_i = c_{i-1} + share_i / total`` left to right, all in float64."""
+    total = 0.0
+    for share in shares:
+        total += share
+    bounds, cumulative = [], 0.0
+    for share in shares:
+        cumulative += share / total
+        bounds.append(cumulative)
+    return bounds
 
 
 def encode_batch(arrays, full: bool = True) -> dict:
