@@ -1,0 +1,130 @@
+"""A real port in CI: the C port in ``conformance/ports/c`` is built with the system
+compiler, replays the exported vectors, and ``onemodel-cy conformance check`` must accept
+its results; built again with each classic port bug switched on (one ``-D`` flag each, see
+``mutations.h``), ``check`` must reject them and name, first, the case that pins the
+broken rule.
+
+The port is written from the data-loading text (§1-§4, §6) and ``docs/contract.md``; it
+never imports the package. Each bug rebuilds only the sources that mention its flag.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from onemodel_cy.conformance.codec import VECTOR_FILES, load
+
+PORT_DIR = Path(__file__).resolve().parent.parent / "conformance" / "ports" / "c"
+# The flags the README gives: C99, and no contraction of a*b+c into an FMA (§2, §6 are
+# defined on separately rounded float32 operations).
+CFLAGS = ["-std=c99", "-O2", "-Wall", "-Wextra", "-ffp-contract=off", "-fno-fast-math"]
+
+# Each bug and the (file, case) that `check` must name first. Every case named here pins
+# the rule the bug breaks (its `pins` and its name say which).
+MUTATIONS = {
+    "BUG_SINGLE_SHIFT_41": ("rng.json", "next_single_state_0"),
+    "BUG_NORMAL_DOUBLE": ("rng.json", "next_normal_state_0"),
+    "BUG_NEXT_INT_NO_REDRAW": ("rng.json", "next_int_9223372036854775809_state_0"),
+    "BUG_DERIVE_SWAP": ("rng.json", "derive"),
+    "BUG_THREE_ROUNDS": ("permutation.json", "table_n_2_key_81985529216486895"),
+    "BUG_SHUFFLED_INVERSE": ("samplers.json", "shuffled_n10_b3_seed0_drop1"),
+    "BUG_MIXING_LITERAL_LAST": ("samplers.json", "mixing_pick_last_bound_below_1_falls_back_to_last_eligible"),
+    "BUG_MIXING_GE": ("samplers.json", "mixing_pick_u_on_bounds_zero_and_empty_sources_between"),
+    "BUG_BUCKET_INVERSE": ("samplers.json", "bucketed_last_pool_shorter"),
+    "BUG_PAD_TRUNCATE": ("collate.json", "pad_0.1_rounds_to_nearest_float32"),
+    "BUG_AUGMENT_STREAM_0": ("collate.json", "tiny_gain_offset"),
+    "BUG_GRAY8_DOUBLE": ("image.json", "gray8_float32_constants_std_0.224_mean_0.0"),
+    "BUG_SLOT_PER_RANK": ("stream.json", "sequential_world_size_2"),
+    "BUG_EPOCH_FROM_RESUME": ("stream.json", "iter_shuffled_resumed_mid_epoch_world_size_1"),
+}
+
+# A failing case in check's report: "<file>:<case> (pins ...): <what differs>"
+FAILURE = re.compile(r"^\s*(?P<file>[\w.]+\.json):(?P<case>\S+) \(pins")
+
+
+def _compiler() -> str:
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    assert cc, "the C port needs a C compiler (cc or gcc) on PATH, or CC set"
+    return cc
+
+
+def _sources():
+    return sorted(PORT_DIR.glob("*.c"))
+
+
+def _compile(cc, source: Path, obj: Path, defines=()):
+    cmd = [*shlex.split(cc), *CFLAGS, *[f"-D{d}" for d in defines], "-c", str(source), "-o", str(obj)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    assert done.returncode == 0, f"{' '.join(cmd)} failed:\n{done.stderr}"
+
+
+def _link(cc, objects, exe: Path):
+    cmd = [*shlex.split(cc), *[str(o) for o in objects], "-o", str(exe), "-lm"]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    assert done.returncode == 0, f"{' '.join(cmd)} failed:\n{done.stderr}"
+
+
+@pytest.fixture(scope="module")
+def port(tmp_path_factory):
+    """The port's objects built once without any bug, the exported vectors, and a runner
+    that links a build, replays the vectors with it and runs the checker on its results."""
+    cc = _compiler()
+    root = tmp_path_factory.mktemp("c_port")
+    clean = {src: root / f"{src.stem}.o" for src in _sources()}
+    for src, obj in clean.items():
+        _compile(cc, src, obj)
+    vectors = root / "vectors"
+    exported = subprocess.run([sys.executable, "-m", "onemodel_cy", "conformance", "export", str(vectors)],
+                              capture_output=True, text=True)
+    assert exported.returncode == 0, exported.stdout + exported.stderr
+
+    def run(bug=None):
+        objects = dict(clean)
+        if bug is not None:
+            touched = [src for src in clean if bug in src.read_text()]
+            assert touched, f"no source of the port mentions {bug}"
+            for src in touched:
+                objects[src] = root / f"{src.stem}.{bug}.o"
+                _compile(cc, src, objects[src], [bug])
+        name = bug or "clean"
+        exe, results = root / f"port-{name}", root / f"results-{name}"
+        _link(cc, objects.values(), exe)
+        results.mkdir()
+        ran = subprocess.run([str(exe), str(vectors), str(results)], capture_output=True, text=True, timeout=120)
+        assert ran.returncode == 0, f"the port ({name}) failed:\n{ran.stdout}{ran.stderr}"
+        return subprocess.run([sys.executable, "-m", "onemodel_cy", "conformance", "check", str(results)],
+                              capture_output=True, text=True, timeout=120)
+    return run
+
+
+def test_c_port_conforms(port):
+    """§1-§4, §6 and D1-D17 as a port author meets them: a C port written from the text passes
+    every case of every vector file, none missing, and the checker says it conforms."""
+    checked = port()
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    for name in VECTOR_FILES:
+        total = len(load(name)["cases"])
+        assert re.search(rf"^{re.escape(name)} .*: {total} passed, 0 failed, 0 missing$",
+                         checked.stdout, re.M), (name, checked.stdout)
+    assert checked.stdout.strip().splitlines()[-1] == "conforms"
+
+
+@pytest.mark.parametrize("bug", sorted(MUTATIONS))
+def test_c_port_mutation_is_caught(port, bug):
+    """The kit catches each classic port bug (mutations.h names the rule each one breaks:
+    §2 draws, D4, D5, D6, D7, D10, D11, D14, D15, §1 resume, §4 pad and stream): check fails,
+    and the first case it names is the one that pins the broken rule."""
+    checked = port(bug)
+    assert checked.returncode != 0, f"{bug} was not caught:\n{checked.stdout}"
+    failures = [m for m in map(FAILURE.match, checked.stdout.splitlines()) if m]
+    assert failures, f"{bug}: check named no failing case:\n{checked.stdout}"
+    expected_file, expected_case = MUTATIONS[bug]
+    first = failures[0]
+    assert (first["file"], first["case"]) == (expected_file, expected_case), checked.stdout
