@@ -42,5 +42,6 @@ const char *op_synthetic(const Json *in, Out *o);
 const char *op_stream(const Json *in, Out *o);
 const char *op_stream_iter(const Json *in, Out *o);
 const char *op_stream_digest(const Json *in, Out *o);
+const char *op_textlines(const Json *in, Out *o);
 
 #endif
