@@ -23,6 +23,7 @@ const char *synthetic_from_json(const Json *spec, Synthetic *d);
 const char *augment_from_json(const Json *spec, Augment *a);     /* null gives AUG_NONE */
 const char *collator_from_json(const Json *spec, Collator *c);   /* width_multiple, pad_value, augmentation */
 
+void out_sample(Out *o, uint64_t i, const Sample *s);               /* {"i", "image", "label", "target", "width"} */
 void out_batch_fields(Out *o, const Batch *b);                   /* "images": ..., ..., "indices": [...] */
 
 /* The ops, each writing one case's output object or returning why the input is refused. */

@@ -116,6 +116,18 @@ const char *op_planar(const Json *in, Out *o)
     return NULL;
 }
 
+void out_sample(Out *o, uint64_t i, const Sample *s)
+{
+    size_t shape[3] = { s->c, s->h, s->w };
+    out_printf(o, "{\"i\": ");
+    out_u64(o, i);
+    out_printf(o, ", \"image\": ");
+    out_f32_array(o, s->image, shape, 3);
+    out_printf(o, ", \"label\": %ld, \"target\": [", (long)s->label);
+    for (size_t t = 0; t < s->target_len; t++) out_printf(o, "%s%ld", t ? ", " : "", (long)s->target[t]);
+    out_printf(o, "], \"width\": %zu}", s->w);
+}
+
 const char *op_synthetic(const Json *in, Out *o)
 {
     Synthetic d;
@@ -127,14 +139,8 @@ const char *op_synthetic(const Json *in, Out *o)
         Sample s;
         TRY(as_u64(json_at(idx, k), &i));
         TRY(synthetic_sample(&d, i, &s));
-        size_t shape[3] = { s.c, s.h, s.w };
-        out_printf(o, "%s{\"i\": ", k ? ", " : "");
-        out_u64(o, i);
-        out_printf(o, ", \"image\": ");
-        out_f32_array(o, s.image, shape, 3);
-        out_printf(o, ", \"label\": %ld, \"target\": [", (long)s.label);
-        for (size_t t = 0; t < s.target_len; t++) out_printf(o, "%s%ld", t ? ", " : "", (long)s.target[t]);
-        out_printf(o, "], \"width\": %zu}", s.w);
+        out_printf(o, "%s", k ? ", " : "");
+        out_sample(o, i, &s);
         sample_free(&s);
     }
     out_printf(o, "]}");

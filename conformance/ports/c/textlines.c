@@ -113,14 +113,8 @@ const char *op_textlines(const Json *in, Out *o)
         Sample smp;
         TRY(as_u64(json_at(idx, k), &i));
         TRY(textlines_sample(&t, i, &smp));
-        size_t shape[3] = { smp.c, smp.h, smp.w };
-        out_printf(o, "%s{\"i\": ", k ? ", " : "");
-        out_u64(o, i);
-        out_printf(o, ", \"image\": ");
-        out_f32_array(o, smp.image, shape, 3);
-        out_printf(o, ", \"label\": %ld, \"target\": [", (long)smp.label);
-        for (size_t n = 0; n < smp.target_len; n++) out_printf(o, "%s%ld", n ? ", " : "", (long)smp.target[n]);
-        out_printf(o, "], \"width\": %zu}", smp.w);
+        out_printf(o, "%s", k ? ", " : "");
+        out_sample(o, i, &smp);
         sample_free(&smp);
     }
     out_printf(o, "], \"vocabulary\": [\"<blank>\"");
