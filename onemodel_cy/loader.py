@@ -162,8 +162,10 @@ class DataLoader:
         batch_size = sampler.batch_size
         if batch_size % self.world_size:
             raise ValueError(f"batch_size ({batch_size}) must be divisible by world_size ({self.world_size})")
-        if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
-            raise ValueError(f"timeout must be a positive number of seconds or None, received {timeout!r}")
+        if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool)):
+            raise TypeError(f"timeout must be a number of seconds or None, received {type(timeout).__name__}")
+        if timeout is not None and not 0 < timeout < float("inf"):
+            raise ValueError(f"timeout must be a positive, finite number of seconds, received {timeout!r}")
         self.timeout = timeout
         if not isinstance(persistent_workers, bool):
             raise TypeError(f"persistent_workers must be True or False, received {persistent_workers!r}")

@@ -243,3 +243,15 @@ def test_samplers_that_fit_are_accepted_and_python_samplers_are_checked_per_batc
         loader.batch_at(10)
     assert "slot 0" in str(info.value) and "received 20" in str(info.value)
     assert re.search(r"while building global step 10 ", _note(info.value)), info.value.__notes__
+
+
+def test_timeout_is_checked():
+    """The exception rule (_validate): a timeout of the wrong kind (a str, a bool) is a
+    TypeError; zero, negative, NaN or infinite is a ValueError; None means no timeout."""
+    pipe = Pipe()
+    for bad, kind in (("x", TypeError), (True, TypeError), (0, ValueError), (-1.5, ValueError),
+                      (float("nan"), ValueError), (float("inf"), ValueError)):
+        with pytest.raises(kind, match="timeout"):
+            pipe.loader(timeout=bad)
+    assert pipe.loader(timeout=None).timeout is None
+    assert pipe.loader(timeout=0.5).timeout == 0.5
