@@ -43,6 +43,7 @@ cdef class SealedMemory:
     cdef object owner          # the array whose memory a sealed view shows, or None
 
 cdef cnp.ndarray sealed_empty(int ndim, cnp.npy_intp* dims, int typenum)
+cdef cnp.ndarray sealed_vector(Py_ssize_t n, int typenum)
 cdef cnp.ndarray sealed_copy(object array, int typenum, str name)
 cdef cnp.ndarray sealed_view(cnp.ndarray array)
 cdef bint is_sealed(object array)

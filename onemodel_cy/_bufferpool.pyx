@@ -357,6 +357,13 @@ cdef class SealedMemory:
         return "<SealedMemory>"
 
 
+cdef cnp.ndarray sealed_vector(Py_ssize_t n, int typenum):
+    """``sealed_empty`` of one dimension: ``n`` items of ``typenum``."""
+    cdef cnp.npy_intp dims[1]
+    dims[0] = n
+    return sealed_empty(1, dims, typenum)
+
+
 cdef cnp.ndarray sealed_empty(int ndim, cnp.npy_intp* dims, int typenum):
     """A new C-contiguous array of ``dims`` over fresh sealed memory, still writable: fill
     it, then ``seal`` it before any Python code sees it. ``ValueError`` when the size does

@@ -16,7 +16,7 @@ import numpy as np
 from onemodel_cy._typedefs cimport u64, i64, i32
 from onemodel_cy._validate cimport (as_index, as_u64, as_size, as_integer_vector, describe,
                                     checked_mul, checked_add, mul_overflows, add_overflows)
-from onemodel_cy._bufferpool cimport sealed_empty, sealed_copy, sealed_view, is_sealed, seal
+from onemodel_cy._bufferpool cimport sealed_empty, sealed_vector, sealed_copy, sealed_view, is_sealed, seal
 from onemodel_cy._rng cimport (derive_seed, draw_int, draw_single,
                                STREAM_SYNTH_SHAPE, STREAM_SYNTH_PIXELS)
 
@@ -149,12 +149,6 @@ cdef class Sample:
     def __reduce__(self):
         sample_ready(self)
         return (Sample, (self.image, self.target, self.label))
-
-
-cdef cnp.ndarray sealed_vector(Py_ssize_t n, int typenum):
-    cdef cnp.npy_intp dims[1]
-    dims[0] = n
-    return sealed_empty(1, dims, typenum)
 
 
 @cython.auto_pickle(False)

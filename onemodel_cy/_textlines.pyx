@@ -16,7 +16,7 @@ import numpy as np
 
 from onemodel_cy._typedefs cimport u64, i64, i32
 from onemodel_cy._validate cimport as_size, as_u64, as_float32, mul_overflows, add_overflows
-from onemodel_cy._bufferpool cimport sealed_empty
+from onemodel_cy._bufferpool cimport sealed_empty, sealed_vector
 from onemodel_cy._rng cimport derive_seed, draw_int, draw_single
 from onemodel_cy._datasets cimport ArrayImageDataset
 
@@ -144,12 +144,6 @@ cdef void render(float* px, u64 state, i64 height, i64 width, i64 scale, float n
                     xx = xs[k] + c
                     # ink + (0 + v) equals ink + v: they differ only in the sign of a zero v.
                     px[yy * width + xx] = ink + px[yy * width + xx]
-
-
-cdef cnp.ndarray sealed_vector(Py_ssize_t n, int typenum):
-    cdef cnp.npy_intp dims[1]
-    dims[0] = n
-    return sealed_empty(1, dims, typenum)
 
 
 @cython.auto_pickle(False)
