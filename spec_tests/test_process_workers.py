@@ -213,9 +213,13 @@ _CHILD = textwrap.dedent("""
         if sys.argv[1] == "hold":
             time.sleep(60)
         elif sys.argv[1] == "sigint":
+            # A training loop interrupted by Ctrl-C: the KeyboardInterrupt lands inside next()
+            # (the stream then ends its workers) or anywhere in the loop's own code (the stream
+            # stays open, its workers alive); leaving `with loader:` ends them either way.
             try:
-                while True:
-                    next(stream)
+                with loader:
+                    for batch in stream:
+                        held = held[1:] + [batch]
             except KeyboardInterrupt:
                 print(json.dumps([p.pid for p in multiprocessing.active_children()]), flush=True)
         # "exit": the interpreter exits with the stream open
@@ -267,7 +271,7 @@ def test_no_process_or_shared_memory_outlives_the_consumer(how):
     elif how == "sigint":
         time.sleep(0.3)
         child.send_signal(signal.SIGINT)
-        assert json.loads(child.stdout.readline()) == [], "worker processes alive after Ctrl-C closed the stream"
+        assert json.loads(child.stdout.readline()) == [], "worker processes alive after Ctrl-C left `with loader:`"
     child.wait(20)
     child.stdout.close()
     _assert_all_gone(report["pids"], before, how)
