@@ -4,7 +4,8 @@
 
 Renders ``--images`` text-line PNGs with Pillow (height 32, widths from the text), packs
 them with ``onemodel_cy.pack`` (size on disk against the PNGs, packing throughput), then
-measures in one interleaved run (round-robin repetitions, medians) images per second of:
+measures in one interleaved run (round-robin repetitions, medians) images per second of
+the following, each consumer holding its two previous batches as a training loop does:
 
 * torch ``DataLoader`` whose dataset decodes each PNG with Pillow and converts it as §6
   does (numpy float32), with a padding collate, 0 and 2 worker processes;
@@ -34,6 +35,7 @@ import onemodel_cy as om
 from _timing import round_robin, summary
 
 BATCH, HEIGHT, MEAN, STD, PAD, MULTIPLE = 32, 32, 0.5, 0.25, 0.0, 8
+HOLD = 2       # batches the consumer holds while the next is built, as a training loop does
 ALPHABET = "abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.,;:'-"
 
 
@@ -120,13 +122,13 @@ class TorchCase:
 
     def run(self, batches):
         """Batches/s after a warm-up (workers start inside the repetition, as torch does)."""
-        it, served, warm = None, 0, 1 + 2 * self.workers
+        it, served, warm, held = None, 0, 1 + 2 * self.workers, []
         try:
             while served < warm + batches:
                 if it is None:
                     it = iter(self.loader)
                 try:
-                    next(it)
+                    held = held[-HOLD + 1:] + [next(it)]
                 except StopIteration:      # a new epoch (counted: torch restarts its workers)
                     it = None
                     continue
@@ -151,13 +153,15 @@ class OursCase:
         warm = 4
         stream = self.loader.iter(self.start, self.start + warm + batches)
         self.start += warm + batches
-        for _ in range(warm):
-            next(stream).close()
+        held = [next(stream) for _ in range(warm)][-HOLD:]
         before = self.loader.collator.pool.stats()["misses"]
         start = time.perf_counter()
         for batch in stream:
-            batch.close()
+            held.pop(0).close()
+            held.append(batch)
         elapsed = time.perf_counter() - start
+        for batch in held:
+            batch.close()
         self.misses.append(self.loader.collator.pool.stats()["misses"] - before)
         return batches / elapsed
 
@@ -267,11 +271,14 @@ def large_pack(n, folder):
           f"({report.count / seconds:,.0f} images/s, {report.bytes / 1e6 / seconds:,.0f} MB/s, from uint8 arrays)")
     del items
     before = rss()
-    ds = om.PackedImageDataset(out, MEAN, STD)
+    kept = om.PackedImageDataset(out, MEAN, STD, resident_limit=None)
     print(f"  RSS before opening: {mb(before)}; after opening: {mb(rss())}")
-    read_all(ds, release_every=0)
-    ds.release_pages()
-    read_all(ds, release_every=100)
+    read_all(kept, "resident_limit=None (never release)")
+    kept.release_pages()
+    del kept
+    ds = om.PackedImageDataset(out, MEAN, STD)
+    read_all(ds, f"the default resident_limit ({ds.resident_limit >> 20} MiB)")
+    print(f"  automatic releases: {ds.pages_released}")
 
 
 def mb(r):
@@ -279,24 +286,23 @@ def mb(r):
             f"file-backed {r['RssFile'] / 1e3:,.0f} MB)")
 
 
-def read_all(ds, release_every):
-    """One pass over the pack with 2 workers; with ``release_every``, the consumer calls
-    ``ds.release_pages()`` every that many batches."""
+def read_all(ds, how):
+    """One pass over the pack with 2 workers, holding the two previous batches."""
     loader = om.DataLoader(ds, om.SequentialSampler(len(ds), 256), om.ImageBatchCollator(width_multiple=8),
                            seed=0, workers=2, prefetch=4)
-    how = f"release_pages() every {release_every} batches" if release_every else "no release_pages()"
     start, seen, first = time.perf_counter(), 0, rss()
-    peak = dict(first)
+    peak, held = dict(first), []
     for k, batch in enumerate(loader.iter(0, loader.steps_per_epoch)):
         seen += batch.images.shape[0]
-        batch.close()
-        if release_every and k % release_every == release_every - 1:
-            ds.release_pages()
+        held.append(batch)
+        if len(held) > 2:
+            held.pop(0).close()
         if k % 50 == 0:
             peak = {key: max(peak[key], value) for key, value in rss().items()}
         if k % 1000 == 0:
             print(f"  [{how}] after {seen:,} images: RSS {mb(rss())}", flush=True)
     seconds = time.perf_counter() - start
+    del held
     loader.close()
     print(f"read {seen:,} images in {seconds:.1f} s ({seen / seconds:,.0f} images/s, 2 workers, {how})")
     print(f"  RSS at the start: {mb(first)}; at the end: {mb(rss())}")

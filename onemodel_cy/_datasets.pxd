@@ -40,6 +40,9 @@ cdef class PackedSource:
     # returns True, or returns False when the view would not match get_sample (a
     # subclass overriding get_sample).
     cdef bint packed_view(self, PackedImages* view) except -1
+    # The fetch step read `nbytes` of the view's pixels (a memory-mapped source may give
+    # pages back; called holding the GIL, after each gather).
+    cdef int pixels_read(self, Py_ssize_t nbytes) except -1
 
 
 cdef class ArrayImageDataset(PackedSource):

@@ -36,6 +36,9 @@ cdef class PackedSource:
     cdef bint packed_view(self, PackedImages* view) except -1:
         return False
 
+    cdef int pixels_read(self, Py_ssize_t nbytes) except -1:
+        return 0
+
 
 cdef cnp.ndarray target_array(target, str where):
     """A sealed int32 copy of ``target``, checked after copying, so that no edit of the

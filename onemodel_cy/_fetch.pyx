@@ -11,7 +11,7 @@ cimport numpy as cnp
 import numpy as np
 
 from onemodel_cy._typedefs cimport u64, i64
-from onemodel_cy._validate cimport add_note, as_index, as_u64, describe
+from onemodel_cy._validate cimport add_note, as_index, as_u64, checked_add, describe
 from onemodel_cy._rng cimport SampleRng, derive_seed, STREAM_TRANSFORM
 from onemodel_cy._datasets cimport PackedImages, PackedSource, Sample, PIXELS_FLOAT32
 from onemodel_cy._collate cimport SlotJob, Workspace, ImageBatchCollator, fill_slot, step_name
@@ -81,10 +81,12 @@ def build_batch(ImageBatchCollator collator not None, dataset, cnp.ndarray indic
     cdef Workspace ws = collator.claim_workspace(workspace)
     cdef bint baton = False
     cdef Py_ssize_t shape[2]
+    cdef Py_ssize_t read
     try:
         if packed:
             try:
-                gather_packed(ws, &view, <const i64*>cnp.PyArray_DATA(indices), lo, hi, shape)
+                read = gather_packed(ws, &view, <const i64*>cnp.PyArray_DATA(indices), lo, hi, shape)
+                (<PackedSource>dataset).pixels_read(read)
             except Exception as error:
                 add_note(error, f"onemodel_cy: while building {step_name(global_step, epoch_value, step_value)}")
                 raise
@@ -97,9 +99,10 @@ def build_batch(ImageBatchCollator collator not None, dataset, cnp.ndarray indic
         ws.let_go(hi - lo, &baton)
 
 
-cdef int gather_packed(Workspace ws, const PackedImages* view, const i64* idx, Py_ssize_t lo,
-                       Py_ssize_t hi, Py_ssize_t* shape) except -1:
-    """Point slots [lo, hi) of the table at the packed storage, without the GIL."""
+cdef Py_ssize_t gather_packed(Workspace ws, const PackedImages* view, const i64* idx, Py_ssize_t lo,
+                              Py_ssize_t hi, Py_ssize_t* shape) except -1:
+    """Point slots [lo, hi) of the table at the packed storage, without the GIL; returns
+    the bytes of pixels they point at."""
     if view.count >= INT32_END:
         raise ValueError(f"dataset indices must fit int32 (§4 Indices), the dataset has {view.count} samples")
     cdef Py_ssize_t n = hi - lo, j, bad = -1
@@ -143,7 +146,12 @@ cdef int gather_packed(Workspace ws, const PackedImages* view, const i64* idx, P
             f"C={shapes[3 * bad_index]}, H={shapes[3 * bad_index + 1]}")
     shape[0] = shapes[3 * first]
     shape[1] = shapes[3 * first + 1]
-    return 0
+    # Each image lies inside the pixel storage (checked when its owner opened it), so a
+    # slot's size fits; the batch's sum is checked.
+    cdef Py_ssize_t pixel_size = sizeof(float) if view.kind == PIXELS_FLOAT32 else 1, read = 0
+    for j in range(n):
+        read = checked_add(read, jobs[j].width * shape[0] * shape[1] * pixel_size, "the batch's pixel bytes")
+    return read
 
 
 cdef int read_samples(Workspace ws, dataset, cnp.ndarray indices, Py_ssize_t lo, Py_ssize_t hi, transform,

@@ -14,13 +14,14 @@ itself and converts them while it writes the padded batch (``src/row.h``
 """
 cimport cython
 cimport numpy as cnp
-import mmap
+from posix.mman cimport madvise, MADV_DONTNEED
+from posix.unistd cimport sysconf, _SC_PAGESIZE
 import os
 
 import numpy as np
 
 from onemodel_cy._typedefs cimport i64, i32
-from onemodel_cy._validate cimport as_index, describe
+from onemodel_cy._validate cimport as_index, as_size, describe
 from onemodel_cy._bufferpool cimport sealed_copy
 from onemodel_cy._datasets cimport (PackedImages, PackedSource, Sample, PIXELS_FLOAT32, PIXELS_GRAY8,
                                     PIXELS_RGB8)
@@ -30,6 +31,7 @@ from onemodel_cy._packfmt import PackError, load_index, read_manifest
 cnp.import_array()
 
 VERIFY = ("index", "full")
+DEFAULT_RESIDENT_LIMIT = 1 << 30     # bytes of pixels a process keeps mapped in, by default
 KIND_CODES = {"gray8": PIXELS_GRAY8, "rgb8": PIXELS_RGB8, "float32": PIXELS_FLOAT32}
 
 
@@ -69,6 +71,12 @@ cdef class PackedImageDataset(PackedSource):
     verify : {"index", "full"}, default "index"
         ``"index"`` checks every array's size, header and, except for the pixels, its
         SHA-256 on opening; ``"full"`` hashes the pixels too (reads the whole pack once).
+    resident_limit : int or None, default 2**30
+        Bytes of pixels the loader's fast path reads before it gives the mapping's pages
+        back (:meth:`release_pages`), so a pass over a pack larger than memory keeps this
+        process's resident size flat at about this much. A pack whose pixels are no larger
+        never releases (it stays mapped in whole); None never releases. The pages stay in
+        the page cache, shared with other processes: a release costs only page faults.
 
     Raises
     ------
@@ -86,14 +94,22 @@ cdef class PackedImageDataset(PackedSource):
     cdef cnp.ndarray _pixel_offsets, _shapes, _targets, _target_offsets, _labels, _convert
     cdef object _keys, _key_offsets
     cdef bint _initialised, _claimed
+    cdef readonly object resident_limit
+    cdef readonly Py_ssize_t pages_released  # releases so far (automatic and release_pages())
+    cdef Py_ssize_t _release_after           # bytes read between releases; 0: never
+    cdef Py_ssize_t _read_since_release
 
-    def __init__(self, path, mean=None, std=None, verify="index"):
+    def __init__(self, path, mean=None, std=None, verify="index", resident_limit=DEFAULT_RESIDENT_LIMIT):
         if self._claimed:
             raise RuntimeError("PackedImageDataset.__init__ was already called on this dataset (workers may "
                                "be reading its storage); open a new one")
         self._claimed = True
         if verify not in VERIFY:
             raise ValueError(f"verify must be one of {VERIFY}, received {verify!r}")
+        limit = None if resident_limit is None else as_size(resident_limit, "resident_limit")
+        if limit == 0:
+            raise ValueError("resident_limit must be a positive number of bytes, or None (never release), "
+                             "received 0")
         folder = os.fspath(path)
         manifest = read_manifest(folder)
         kind = manifest["pixels"]
@@ -109,6 +125,9 @@ cdef class PackedImageDataset(PackedSource):
         self._install(arrays, convert)
         self.path, self.manifest, self.pixel_kind = folder, manifest, kind
         self.mean, self.std, self.verify = mean, std, verify
+        self.resident_limit = limit
+        if limit is not None and limit < cnp.PyArray_NBYTES(self._pixels):
+            self._release_after = limit
         self._kind = KIND_CODES[kind]
         self.count = manifest["count"]
         self._initialised = True
@@ -137,7 +156,36 @@ cdef class PackedImageDataset(PackedSource):
         ready(self)
         if type(self) is not PackedImageDataset:
             raise TypeError(f"{type(self).__name__} must define __reduce__ to be pickled")
-        return (reopen, (self.path, self.mean, self.std, self.verify))
+        return (reopen, (self.path, self.mean, self.std, self.verify, self.resident_limit))
+
+    cdef int pixels_read(self, Py_ssize_t nbytes) except -1:
+        # Holding the GIL (the fetch step calls it after each gather): the count is exact.
+        if self._release_after == 0:
+            return 0
+        self._read_since_release += nbytes
+        if self._read_since_release >= self._release_after:
+            self.release_mapping()
+        return 0
+
+    cdef int release_mapping(self) except -1:
+        """``madvise(MADV_DONTNEED)`` over the pixels' whole pages, without the GIL (a
+        release of a gigabyte walks a quarter of a million page-table entries)."""
+        cdef size_t page = <size_t>sysconf(_SC_PAGESIZE)
+        cdef size_t start = <size_t>cnp.PyArray_DATA(self._pixels)
+        cdef size_t end = start + <size_t>cnp.PyArray_NBYTES(self._pixels)
+        cdef int failed
+        # Whole pages around the array: they all belong to its mapping (which maps whole pages).
+        start -= start % page
+        end = (end + page - 1) // page * page
+        self._read_since_release = 0
+        if end == start:
+            return 0
+        with nogil:
+            failed = madvise(<void*>start, end - start, MADV_DONTNEED)
+        if failed:
+            raise OSError(f"madvise(MADV_DONTNEED) of {self.path}/pixels.npy failed")
+        self.pages_released += 1
+        return 0
 
     cdef bint packed_view(self, PackedImages* view) except -1:
         # The stored pixels are what get_sample serves, unless a subclass overrides it.
@@ -190,19 +238,15 @@ cdef class PackedImageDataset(PackedSource):
         return bytes(self._keys[self._key_offsets[i]:self._key_offsets[i + 1]]).decode("utf-8")
 
     def release_pages(self):
-        """Give back this process's resident pages of the pixel mapping (``madvise``
-        ``MADV_DONTNEED``); returns False where the platform has no such advice.
+        """Give back this process's resident pages of the pixel mapping now (``madvise``
+        ``MADV_DONTNEED``); returns True.
 
         The pages stay in the page cache: a later read maps them again from there (or
-        from the file), with the same bytes, so this is safe while workers read. A long
-        pass over a pack larger than memory can call it now and then to keep the
-        process's resident size flat; the kernel reclaims such clean pages under memory
-        pressure anyway."""
+        from the file), with the same bytes, so this is safe while workers read. The fast
+        path does this by itself every ``resident_limit`` bytes it reads; call it to drop
+        the pages sooner (after an evaluation pass, say)."""
         ready(self)
-        mapping = getattr(self._pixels, "_mmap", None)
-        if mapping is None or not hasattr(mapping, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
-            return False
-        mapping.madvise(mmap.MADV_DONTNEED)
+        self.release_mapping()
         return True
 
     @property
@@ -230,9 +274,9 @@ cdef int ready(PackedImageDataset dataset) except -1:
     return 0
 
 
-def reopen(path, mean, std, verify):
+def reopen(path, mean, std, verify, resident_limit=DEFAULT_RESIDENT_LIMIT):
     """Unpickling: open the pack again (a process maps it itself, sharing its pages)."""
-    return PackedImageDataset(path, mean, std, verify=verify)
+    return PackedImageDataset(path, mean, std, verify=verify, resident_limit=resident_limit)
 
 
 PACKED_GET_SAMPLE = PackedImageDataset.get_sample

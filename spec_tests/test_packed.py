@@ -341,3 +341,66 @@ def test_release_pages_drops_resident_pages_and_changes_no_batch(tmp_path):
     assert ds.release_pages() is True
     assert rss_file_kb() < touched - 4096          # most of the 8 MiB just read is given back
     assert np.asarray(loader.batch_at(0).images).tobytes() == first
+
+
+def mapping_rss_kb(path):
+    """Resident kB of this process's mappings of ``path`` (/proc/self/smaps)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            if line[:1].isdigit() or line[:1] in "abcdef":       # a mapping's header line
+                inside = line.rstrip().endswith(path)
+            elif inside and line.startswith("Rss:"):
+                total += int(line.split()[1])
+    return total
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs Linux /proc for resident sizes")
+@pytest.mark.parametrize("workers", [0, 2])
+def test_resident_limit_keeps_the_mapping_small_and_changes_no_batch(tmp_path, workers):
+    """Issue 9 (packs larger than memory): the fast path gives the pixel mapping's pages
+    back every ``resident_limit`` bytes it reads, so a whole pass keeps the mapping's
+    resident size near that limit, where ``resident_limit=None`` keeps all of it; the
+    batches are the same bytes either way, and a pickled dataset keeps its limit."""
+    rng = np.random.default_rng(6)
+    items = [(rng.integers(0, 256, (64, 1024), dtype=np.uint8), [1], i) for i in range(128)]    # 8 MiB
+    om.pack(items, str(tmp_path / "p"), progress=False)
+    pixels = os.path.realpath(str(tmp_path / "p" / "pixels.npy"))
+    limit = 1 << 20
+    kept = om.PackedImageDataset(str(tmp_path / "p"), 0.5, 0.5, resident_limit=None)
+    released = pickle.loads(pickle.dumps(om.PackedImageDataset(str(tmp_path / "p"), 0.5, 0.5,
+                                                               resident_limit=limit)))
+    assert released.resident_limit == limit and kept.resident_limit is None
+    streams = []
+    for ds in (kept, released):
+        loader = om.DataLoader(ds, om.SequentialSampler(128, 8), om.ImageBatchCollator(), seed=0,
+                               workers=workers)
+        with loader:
+            streams.append([np.asarray(b.images).tobytes() for b in loader.iter(0, 16)])
+        if ds is kept:
+            assert mapping_rss_kb(pixels) >= 7 * 1024, "the whole pass should be resident without a limit"
+            kept.release_pages()
+    assert streams[0] == streams[1]
+    assert released.pages_released >= 7            # 8 MiB read, a release every 1 MiB
+    # At most the limit, plus the batch read after the last release, plus fault-around.
+    assert mapping_rss_kb(pixels) <= limit // 1024 + 512 + 256
+
+
+def test_resident_limit_argument_checks(gray_pack):
+    """The exception rule: a non-integer resident_limit is a TypeError, zero or a negative
+    value a ValueError (None means never release); a pack no larger than the limit never
+    releases."""
+    path, _ = gray_pack
+    with pytest.raises(TypeError, match="resident_limit"):
+        om.PackedImageDataset(path, 0, 1, resident_limit=1.5)
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match="resident_limit"):
+            om.PackedImageDataset(path, 0, 1, resident_limit=bad)
+    ds = om.PackedImageDataset(path, 0, 1, resident_limit=1)
+    small = om.PackedImageDataset(path, 0, 1)
+    loader = om.DataLoader(small, om.SequentialSampler(len(small), 2), om.ImageBatchCollator(), seed=0)
+    loader.batch_at(0)
+    assert small.pages_released == 0               # its few bytes are below the default 1 GiB
+    loader = om.DataLoader(ds, om.SequentialSampler(len(ds), 2), om.ImageBatchCollator(), seed=0)
+    loader.batch_at(0)
+    assert ds.pages_released == 1
