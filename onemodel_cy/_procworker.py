@@ -55,10 +55,35 @@ def _rebuild_loader(payload, pool):
                       transform=parts["transform"], rank=parts["rank"], world_size=parts["world_size"])
 
 
+# glibc's mallopt parameters (malloc.h).
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+
+
+def _keep_freed_memory():
+    """Let glibc keep up to 64 MiB of freed memory in this process instead of giving it
+    back to the kernel after every batch.
+
+    A fresh process starts at glibc's lowest thresholds (128 KiB): every batch's decoded
+    images and numpy temporaries are then mapped, freed, unmapped and faulted in again.
+    Measured on the Python-heavy benchmark set (benchmarks/bench_workers.py, "small"): a
+    worker took 184,513 page faults over 1,050 batches, 41,035 with these thresholds
+    (0 workers in the consumer: 26,548), and its CPU per batch fell by 4-15 % in three paired runs. Allocations
+    above 16 MiB are still mapped and returned at once. No effect where malloc is not
+    glibc's (the call is missing) or is replaced (a sanitizer's)."""
+    import ctypes
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(_M_TRIM_THRESHOLD, 64 << 20)
+    mallopt(_M_MMAP_THRESHOLD, 16 << 20)
+
+
 def main(conn, payload):
     """Run one worker until its consumer says stop or goes away."""
     # Ctrl-C reaches the whole process group: the consumer decides, and closes us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _keep_freed_memory()
     from onemodel_cy._collate import Workspace
     from onemodel_cy._shmring import Segment, ShmPool, copy_block
     sock = socket.fromfd(conn.fileno(), socket.AF_UNIX, socket.SOCK_STREAM)
