@@ -13,6 +13,9 @@ from onemodel_cy._datasets import Sample
 from onemodel_cy._pacing import Pacing
 from onemodel_cy._rng import SampleRng
 
+# Image bytes from which a batch of 8-bit pixels without augmentation is streamed.
+STREAMED_BATCH_BYTES: int
+
 # aug(image, rng) edits a contiguous float32 [C, H, W] scratch in place (returns None or it).
 _AugmentationFn = Callable[[npt.NDArray[np.float32], SampleRng], npt.NDArray[np.float32] | None]
 

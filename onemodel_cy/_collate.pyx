@@ -30,11 +30,21 @@ from onemodel_cy._pacing cimport Pacing
 cnp.import_array()
 
 cdef i64 INT32_END = 1 << 31
+# A batch of 8-bit pixels with no augmentation whose images take at least this many bytes
+# is written with streaming stores (src/row.h om_convert_streamed): it outgrows the
+# caches, so reading its lines in before writing them only costs. Smaller batches stay
+# in cache, where plain stores are faster.
+cdef Py_ssize_t STREAM_MIN_BYTES = 2 << 20
+STREAMED_BATCH_BYTES = STREAM_MIN_BYTES     # the same, for tests and benchmarks
 
 cdef extern from "row.h":
     void convert_image "om_convert_image"(const unsigned char* src, Py_ssize_t channels, Py_ssize_t height,
                                           Py_ssize_t width, float* dst, Py_ssize_t padded,
                                           const float* scale, const float* bias, float pad) noexcept nogil
+    bint convert_streamed "om_convert_streamed"(const unsigned char* src, Py_ssize_t channels, Py_ssize_t height,
+                                                Py_ssize_t width, float* dst, Py_ssize_t padded,
+                                                const float* scale, const float* bias, float pad) noexcept nogil
+    void stream_fence "om_stream_fence"() noexcept nogil
 
 cdef extern from "Python.h":
     # Py_REFCNT on a borrowed pointer: no temporary reference to count, and valid on
@@ -185,9 +195,16 @@ cdef void copy_images(const SlotJob* jobs, Py_ssize_t n, float* images, const Ba
     cdef Py_ssize_t slot_floats = rows * padded
     cdef float* dst
     cdef u64 state
+    # (An augmentation edits each image right after its conversion, from the cache.)
+    cdef bint streamed = kernel.run == NULL and layout.image_bytes >= STREAM_MIN_BYTES, fence = False
     for j in range(n):
         dst = images + j * slot_floats
         if jobs[j].kind != PIXELS_FLOAT32:
+            if streamed and convert_streamed(jobs[j].bytes, 1 if jobs[j].kind == PIXELS_GRAY8 else layout.channels,
+                                             layout.height, jobs[j].width, dst, padded, jobs[j].convert,
+                                             jobs[j].convert + 3, pad):
+                fence = True
+                continue
             # §6 fused with the padding, then the kernel edits the converted image in place
             # while it is still in cache (same float32 operations as on a Sample's image).
             convert_slot(&jobs[j], layout.channels, layout.height, dst, padded, pad)
@@ -202,6 +219,8 @@ cdef void copy_images(const SlotJob* jobs, Py_ssize_t n, float* images, const Ba
             state = derive_seed(seed, epoch, step, <u64>(first_slot + j), STREAM_AUGMENTATION)
             kernel.run(kernel.params, jobs[j].pixels, jobs[j].width, dst, padded, rows, jobs[j].width,
                        padded, pad, &state)
+    if fence:
+        stream_fence()
 
 
 cdef inline void convert_slot(const SlotJob* job, Py_ssize_t channels, Py_ssize_t height, float* dst,

@@ -147,3 +147,31 @@ def test_fused_conversion_is_section6_of_every_byte(mean, std):
     expected = np.full(300, -2.0, dtype=np.float32)
     expected[:256] = ramp[0].astype(np.float32) * scale - bias
     assert np.asarray(batch.images)[0, 0, 0].view(np.uint32).tobytes() == expected.view(np.uint32).tobytes()
+
+
+@pytest.mark.parametrize("kind, multiple, pad, seed", [
+    ("gray8", 8, 0.0, 0), ("gray8", 8, -1.0, 1), ("gray8", 16, 0.5, 2),    # streamed (aligned rows)
+    ("gray8", 3, 0.0, 3), ("rgb8", 8, -1.0, 4),                            # plain stores
+])
+def test_batches_past_the_cache_equal_the_samples_route(tmp_path, kind, multiple, pad, seed):
+    """§4/§6 (D15): a batch of 8-bit pixels without augmentation whose images exceed
+    STREAMED_BATCH_BYTES is written with streaming stores (rows 32-byte aligned, a width
+    multiple of 8, gray, AVX2) or, otherwise, plain ones; either way it is the samples
+    route, bit for bit, at every width (so every tail of 0-7 pixels shares its last 8
+    lanes with the padding)."""
+    from onemodel_cy._collate import STREAMED_BATCH_BYTES
+    rng = np.random.default_rng(seed)
+    n, height = 48, 64
+    shape = (height,) if kind == "gray8" else (height, 3)
+    items = [(rng.integers(0, 256, (shape[0], int(w)) + shape[1:], dtype=np.uint8), [1 + i % 7], i)
+             for i, w in enumerate(list(range(289, 297)) + list(rng.integers(1, 300, n - 8)))]
+    om.pack(items, str(tmp_path / "p"), progress=False)
+    mean, std = (0.485, 0.229) if kind == "gray8" else ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
+    ds = om.PackedImageDataset(str(tmp_path / "p"), mean, std)
+    col = om.ImageBatchCollator(multiple, pad)
+    indices = rng.permutation(n).astype(np.int64)
+    fast = build_batch(col, ds, indices, seed, 0, 0, route="packed")
+    assert np.asarray(fast.images).nbytes >= STREAMED_BATCH_BYTES, "the batch must be large enough to stream"
+    assert batch_bits(fast) == batch_bits(build_batch(col, ds, indices, seed, 0, 0, route="samples"))
+    part = build_batch(col, ds, indices, seed, 0, 0, start=5, route="packed")
+    assert batch_bits(part) == batch_bits(build_batch(col, ds, indices, seed, 0, 0, start=5, route="samples"))
