@@ -51,9 +51,28 @@ DEEP = "\x00deep\x00"           # placeholder for a value nested deeper than the
 TRACE = os.environ.get("ONEMODEL_CY_FUZZ_TRACE", "") not in ("", "0")
 
 
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:             # someone else's live process
+        return True
+    return True
+
+
 def _scratch():
-    root = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-    folder = tempfile.mkdtemp(prefix="onemodel_cy-fuzz-packed-", dir=root)
+    """This process's scratch folder. libFuzzer leaves by ``exit`` past Python's atexit
+    handlers, so the folders of earlier runs whose process is gone are removed here."""
+    root = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
+    prefix = "onemodel_cy-fuzz-packed-"
+    for name in os.listdir(root):
+        pid = name[len(prefix):]
+        if name.startswith(prefix) and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+    folder = os.path.join(root, f"{prefix}{os.getpid()}")
+    shutil.rmtree(folder, ignore_errors=True)
+    os.mkdir(folder)
     atexit.register(shutil.rmtree, folder, True)
     return folder
 
