@@ -230,12 +230,18 @@ cdef class PackedImageDataset(PackedSource):
         return i
 
     def key(self, index):
-        """Sample ``index``'s key (its original file name), or None if the pack has no keys."""
+        """Sample ``index``'s key (its original file name), or None if the pack has no keys.
+        A stored key that is not UTF-8 raises a ``PackError`` naming ``keys.npy``."""
         ready(self)
         cdef i64 i = self.checked_index(index)
         if self._keys is None:
             return None
-        return bytes(self._keys[self._key_offsets[i]:self._key_offsets[i + 1]]).decode("utf-8")
+        stored = bytes(self._keys[self._key_offsets[i]:self._key_offsets[i + 1]])
+        try:
+            return stored.decode("utf-8")
+        except UnicodeDecodeError as error:     # keys are not hashed into the index checks' values
+            raise PackError(f"{os.path.join(self.path, 'keys.npy')}: key of sample {i} is not UTF-8 "
+                            f"({error})") from None
 
     def release_pages(self):
         """Give back this process's resident pages of the pixel mapping now (``madvise``

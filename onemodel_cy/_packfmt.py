@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import struct
+import tokenize
 
 import numpy as np
 
@@ -109,7 +110,7 @@ def read_manifest(folder: str) -> dict:
     try:
         with open(path, encoding="utf-8") as f:
             manifest = json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:   # nesting too deep
         raise PackError(f"{path}: not a readable JSON manifest ({error})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise PackError(f"{path}: format must be {FORMAT!r}, received "
@@ -120,7 +121,7 @@ def read_manifest(folder: str) -> dict:
     count, kind = manifest.get("count"), manifest.get("pixels")
     if type(count) is not int or not 1 <= count < INT32_END:
         raise PackError(f"{path}: count must be an integer in [1, 2**31), received {count!r}")
-    if kind not in KINDS:
+    if not isinstance(kind, str) or kind not in KINDS:      # a list or a dict is unhashable
         raise PackError(f"{path}: pixels must be one of {sorted(KINDS)}, received {kind!r}")
     arrays = manifest.get("arrays")
     if not isinstance(arrays, dict):
@@ -156,13 +157,22 @@ def check_array_file(folder: str, manifest: dict, name: str, verify_sha: bool) -
             if version != (1, 0):
                 raise ValueError(f"header version {version}, expected (1, 0)")
             shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
-        except ValueError as error:
+        # numpy tokenizes the header text first: a header whose brackets do not close raises
+        # tokenize.TokenError, which is no ValueError.
+        except (ValueError, SyntaxError, tokenize.TokenError) as error:
             raise PackError(f"{path}: not a .npy version 1.0 file ({error})") from None
         offset = f.tell()
-    if dtype.str != descr or fortran or len(shape) != ndim or list(shape) != entry.get("shape"):
+    # numpy's header parser lets negative dimensions through (np.load then fails naming no file).
+    if (dtype.str != descr or fortran or len(shape) != ndim or any(n < 0 for n in shape)
+            or list(shape) != entry.get("shape")):
         raise PackError(f"{path}: must hold a C-order {descr} array of {ndim} dimensions with the "
                         f"manifest's shape {entry.get('shape')!r}, received {dtype.str} shape {list(shape)} "
                         f"fortran_order={fortran}")
+    if name == "pixels" and offset % dtype.itemsize:
+        # The pixels are memory-mapped (page-aligned), so their alignment is the header's length.
+        raise PackError(f"{path}: its data starts at byte {offset}, not a multiple of the {dtype.itemsize}-byte "
+                        f"{dtype.str} items, so it cannot be mapped aligned (a writer writes a "
+                        f"{HEADER_BYTES}-byte header)")
     need = offset + int(np.prod(shape, dtype=object)) * dtype.itemsize
     if size != need:
         raise PackError(f"{path}: holds {size} bytes, its header needs {need} (truncated or padded)")
@@ -200,7 +210,8 @@ def check_index(folder: str, manifest: dict, a: dict) -> None:
     overflow int64 (a width is compared with what the pixels can still hold)."""
     n = manifest["count"]
     total = a["pixels"].shape[0]
-    for name, length in (("pixel_offsets", n), ("shapes", n), ("labels", n), ("target_offsets", n + 1)):
+    lengths = [("pixel_offsets", n), ("shapes", n), ("labels", n), ("target_offsets", n + 1)]
+    for name, length in lengths + ([("key_offsets", n + 1)] if "keys" in a else []):
         if a[name].shape[0] != length:
             fail(folder, name, f"has {a[name].shape[0]} rows, the manifest's count {n} needs {length}")
     shapes, offsets = a["shapes"], a["pixel_offsets"]
