@@ -115,7 +115,7 @@ def read_manifest(folder: str) -> dict:
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise PackError(f"{path}: format must be {FORMAT!r}, received "
                         f"{manifest.get('format') if isinstance(manifest, dict) else type(manifest).__name__!r}")
-    if manifest.get("version") != VERSION:
+    if type(manifest.get("version")) is not int or manifest["version"] != VERSION:   # True == 1 and 1.0 == 1
         raise PackError(f"{path}: pack format version {manifest.get('version')!r}; this reader reads "
                         f"version {VERSION} only")
     count, kind = manifest.get("count"), manifest.get("pixels")

@@ -196,12 +196,17 @@ def test_truncated_array(gray_pack):
 
 
 def test_other_version_or_format(gray_pack):
-    """Bad input: a manifest of another format version, or of another format."""
+    """Bad input: a manifest of another format version (or a version that only compares
+    equal to 1), or of another format."""
     path, _ = gray_pack
     manifest = manifest_of(path)
     rewrite_manifest(path, {**manifest, "version": 2})
     with pytest.raises(PackError, match=r"manifest\.json: pack format version 2"):
         om.PackedImageDataset(path, 0, 1)
+    for almost in (True, 1.0, "1"):         # equal to 1 in Python, or alike, but not the integer 1
+        rewrite_manifest(path, {**manifest, "version": almost})
+        with pytest.raises(PackError, match="pack format version"):
+            om.PackedImageDataset(path, 0, 1)
     rewrite_manifest(path, {**manifest, "format": "mds"})
     with pytest.raises(PackError, match="format must be"):
         om.PackedImageDataset(path, 0, 1)
