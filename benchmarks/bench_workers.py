@@ -14,7 +14,8 @@ in this package's loader (thread mode 0/1/2 workers, process mode 1/2 workers) a
 
 Each configuration runs one endless training loop (``for batch in loader`` pass after
 pass; both loaders keep their workers between passes), warmed up first, so worker
-start-up is not in the timing; each repetition times its next two epochs. The
+start-up is not in the timing; each repetition times its next ``--epochs`` epochs (4),
+holding the last 2 batches as a training loop does. The
 configurations are interleaved round-robin; the table gives the median and the min-max of
 batches per second and the ratio to the first row (this package's 0 workers).
 
@@ -183,7 +184,7 @@ def measure(loaders, n, repeats, held=0, base=None):
     return rows
 
 
-def python_heavy(repeats):
+def python_heavy(repeats, epochs):
     rows = []
     for name, (count, height, lo, hi, resize, batch) in SETS.items():
         dataset = PngLines(count, height, lo, hi, resize)
@@ -196,8 +197,8 @@ def python_heavy(repeats):
             "torch, 0 workers": torch_loader(dataset, batch, 0),
             "torch, 2 workers": torch_loader(dataset, batch, 2),
         }
-        n = len(dataset) // batch * 2       # two epochs per slice
-        rows += [(name, *row) for row in measure(loaders, n, repeats)]
+        n = len(dataset) // batch * epochs
+        rows += [(name, *row) for row in measure(loaders, n, repeats, held=workload.HELD)]
     return rows
 
 
@@ -207,7 +208,7 @@ def waiting(repeats):
                       ("processes", "process", 2), ("processes", "process", 4)]
     loaders = {f"{kind}, {w} worker{'s' if w != 1 else ''}": package_loader(dataset, 8, w, mode)
                for kind, mode, w in configurations}
-    return [("waiting", *row) for row in measure(loaders, 32, repeats)]
+    return [("waiting", *row) for row in measure(loaders, 32, repeats, held=workload.HELD)]
 
 
 def fast_path(repeats):
@@ -230,10 +231,12 @@ def print_table(rows, ratio_label):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--epochs", type=int, default=4,
+                        help="epochs per timed slice of the Python-heavy sets (default 4)")
     args = parser.parse_args()
     print(f"# bench_workers: Python {platform.python_version()}, {os.cpu_count()} CPUs, "
           f"{args.repeats} interleaved repeats\n")
-    print_table(python_heavy(args.repeats), "× threads, 0 workers")
+    print_table(python_heavy(args.repeats, args.epochs), "× threads, 0 workers")
     print()
     print_table(waiting(args.repeats), "× threads, 0 workers")
     print()
