@@ -35,6 +35,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import Draw, check, main  # noqa: E402
+from pipeline_parts import PyDataset  # noqa: E402  (spec_tests/, on the path through _common)
 
 import numpy as np  # noqa: E402
 
@@ -380,19 +381,6 @@ def open_pack(folder, mean, std, verify):
         return None
 
 
-class SamplesOnly:
-    """The pack's get_sample without its packed view: the loader takes the samples route."""
-
-    def __init__(self, dataset):
-        self.dataset = dataset
-
-    def __len__(self):
-        return len(self.dataset)
-
-    def get_sample(self, i):
-        return self.dataset.get_sample(i)
-
-
 def bits(batch):
     return tuple(np.ascontiguousarray(getattr(batch, f)).view(np.uint8).tobytes() for f in FIELDS)
 
@@ -470,7 +458,7 @@ def check_routes(d, ds, samples):
                 check_slot(fast, j, samples[int(i)], pad)
     B = d.small(1, n)
     loaders = [om.DataLoader(source, om.SequentialSampler(n, B, False), col, seed=seed)
-               for source in (ds, SamplesOnly(ds))]
+               for source in (ds, PyDataset(ds))]
     for g in range(loaders[0].steps_per_epoch):
         (a, ea), (b, eb) = attempt(loaders[0].batch_at, g), attempt(loaders[1].batch_at, g)
         check(ea == eb, f"batch_at({g}): packed loader raised {ea}, samples loader {eb}")

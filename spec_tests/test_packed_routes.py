@@ -18,6 +18,7 @@ from hypothesis import given, strategies as st
 import onemodel_cy as om
 from onemodel_cy import _packfmt
 from onemodel_cy._fetch import build_batch
+from pipeline_parts import PyDataset   # no packed view: the loader must call get_sample
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -36,19 +37,6 @@ def batch_bits(batch):
     return (np.asarray(batch.images).view(np.uint32).tobytes(), np.asarray(batch.widths).tobytes(),
             np.asarray(batch.targets).tobytes(), np.asarray(batch.target_lengths).tobytes(),
             np.asarray(batch.labels).tobytes(), np.asarray(batch.indices).tobytes())
-
-
-class SamplesOnly:
-    """The pack's get_sample, without the packed view: the loader must call get_sample."""
-
-    def __init__(self, dataset):
-        self.dataset = dataset
-
-    def __len__(self):
-        return len(self.dataset)
-
-    def get_sample(self, i):
-        return self.dataset.get_sample(i)
 
 
 def scale_by_draw(image, rng):
@@ -126,7 +114,7 @@ def test_loader_batch_at_packed_equals_get_sample_loader(pack_spec, aug, seed, g
         n = len(items)
         batch = min(n, 3)
         fast = om.DataLoader(ds, om.ShuffledSampler(n, batch, 7), collator(aug, 4, -1.0), seed=seed)
-        slow = om.DataLoader(SamplesOnly(ds), om.ShuffledSampler(n, batch, 7), collator(aug, 4, -1.0), seed=seed)
+        slow = om.DataLoader(PyDataset(ds), om.ShuffledSampler(n, batch, 7), collator(aug, 4, -1.0), seed=seed)
         assert batch_bits(fast.batch_at(g)) == batch_bits(slow.batch_at(g))
 
 
