@@ -16,6 +16,10 @@ from onemodel_cy._rng import SampleRng
 # Image bytes from which a batch of 8-bit pixels without augmentation is streamed.
 STREAMED_BATCH_BYTES: int
 
+# The gray 8-bit kernel level this CPU runs (2 AVX-512, 1 AVX2, 0 portable); with `cap`,
+# lower the level used (tests) and return the previous cap.
+def simd_kernels(cap: SupportsIndex | None = None) -> int: ...
+
 # aug(image, rng) edits a contiguous float32 [C, H, W] scratch in place (returns None or it).
 _AugmentationFn = Callable[[npt.NDArray[np.float32], SampleRng], npt.NDArray[np.float32] | None]
 

@@ -36,15 +36,30 @@ cdef i64 INT32_END = 1 << 31
 # in cache, where plain stores are faster.
 cdef Py_ssize_t STREAM_MIN_BYTES = 2 << 20
 STREAMED_BATCH_BYTES = STREAM_MIN_BYTES     # the same, for tests and benchmarks
+# The widest SIMD the gray 8-bit kernels may use (src/row.h om_convert_gray_simd: 2
+# AVX-512, 1 AVX2, 0 none); only tests lower it, to check every kernel on one machine.
+cdef int simd_cap = 2
+
+
+def simd_kernels(cap=None):
+    """The kernel level of gray 8-bit conversions this CPU runs (2 AVX-512, 1 AVX2, 0 the
+    portable loop), and with ``cap`` lower it (for tests): returns the previous cap."""
+    global simd_cap
+    if cap is None:
+        return simd_level()
+    previous, simd_cap = simd_cap, as_size(cap, "cap")
+    return previous
 
 cdef extern from "row.h":
     void convert_image "om_convert_image"(const unsigned char* src, Py_ssize_t channels, Py_ssize_t height,
                                           Py_ssize_t width, float* dst, Py_ssize_t padded,
                                           const float* scale, const float* bias, float pad) noexcept nogil
-    bint convert_streamed "om_convert_streamed"(const unsigned char* src, Py_ssize_t channels, Py_ssize_t height,
-                                                Py_ssize_t width, float* dst, Py_ssize_t padded,
-                                                const float* scale, const float* bias, float pad) noexcept nogil
+    int convert_gray_simd "om_convert_gray_simd"(const unsigned char* src, Py_ssize_t height, Py_ssize_t width,
+                                                 float* dst, Py_ssize_t padded, float scale, float bias, float pad,
+                                                 int streamed, int cap) noexcept nogil
+    int simd_level "om_simd_level"() noexcept nogil
     void stream_fence "om_stream_fence"() noexcept nogil
+    void prefetch "om_prefetch"(const void* p, size_t nbytes) noexcept nogil
 
 cdef extern from "Python.h":
     # Py_REFCNT on a borrowed pointer: no temporary reference to count, and valid on
@@ -199,15 +214,15 @@ cdef void copy_images(const SlotJob* jobs, Py_ssize_t n, float* images, const Ba
     cdef bint streamed = kernel.run == NULL and layout.image_bytes >= STREAM_MIN_BYTES, fence = False
     for j in range(n):
         dst = images + j * slot_floats
+        if j + 1 < n and jobs[j + 1].kind != PIXELS_FLOAT32:
+            # The next image's C x H x W bytes while this one is converted (src/row.h
+            # om_prefetch): a pack's images lie scattered, in the sampler's order.
+            prefetch(jobs[j + 1].bytes, rows * jobs[j + 1].width)
         if jobs[j].kind != PIXELS_FLOAT32:
-            if streamed and convert_streamed(jobs[j].bytes, 1 if jobs[j].kind == PIXELS_GRAY8 else layout.channels,
-                                             layout.height, jobs[j].width, dst, padded, jobs[j].convert,
-                                             jobs[j].convert + 3, pad):
-                fence = True
-                continue
             # §6 fused with the padding, then the kernel edits the converted image in place
             # while it is still in cache (same float32 operations as on a Sample's image).
-            convert_slot(&jobs[j], layout.channels, layout.height, dst, padded, pad)
+            if convert_slot(&jobs[j], layout.channels, layout.height, dst, padded, pad, streamed) == 2:
+                fence = True
             if kernel.run != NULL:
                 state = derive_seed(seed, epoch, step, <u64>(first_slot + j), STREAM_AUGMENTATION)
                 kernel.run(kernel.params, dst, padded, dst, padded, rows, jobs[j].width, padded, pad, &state)
@@ -223,11 +238,19 @@ cdef void copy_images(const SlotJob* jobs, Py_ssize_t n, float* images, const Ba
         stream_fence()
 
 
-cdef inline void convert_slot(const SlotJob* job, Py_ssize_t channels, Py_ssize_t height, float* dst,
-                              Py_ssize_t padded, float pad) noexcept nogil:
-    """A slot of 8-bit pixels, converted (§6) into planar rows of ``padded`` floats."""
-    cdef Py_ssize_t interleaved = 1 if job.kind == PIXELS_GRAY8 else channels
-    convert_image(job.bytes, interleaved, height, job.width, dst, padded, job.convert, job.convert + 3, pad)
+cdef inline int convert_slot(const SlotJob* job, Py_ssize_t channels, Py_ssize_t height, float* dst,
+                             Py_ssize_t padded, float pad, bint streamed) noexcept nogil:
+    """A slot of 8-bit pixels, converted (§6) into planar rows of ``padded`` floats: gray
+    through the CPU's SIMD kernel (with streaming stores when ``streamed`` and the rows
+    allow), else the portable loop. Returns 2 when it streamed (the caller fences)."""
+    cdef int wrote = 0
+    if job.kind == PIXELS_GRAY8:
+        wrote = convert_gray_simd(job.bytes, height, job.width, dst, padded, job.convert[0], job.convert[3], pad,
+                                  streamed, simd_cap)
+    if wrote == 0:
+        convert_image(job.bytes, 1 if job.kind == PIXELS_GRAY8 else channels, height, job.width, dst, padded,
+                      job.convert, job.convert + 3, pad)
+    return wrote
 
 
 cdef void stage_slots(SlotJob* jobs, Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t channels, Py_ssize_t height,
@@ -238,7 +261,7 @@ cdef void stage_slots(SlotJob* jobs, Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t ch
     for j in range(lo, hi):
         size = rows * jobs[j].width
         if jobs[j].kind != PIXELS_FLOAT32:
-            convert_slot(&jobs[j], channels, height, staged[0], jobs[j].width, 0)
+            convert_slot(&jobs[j], channels, height, staged[0], jobs[j].width, 0, False)
             jobs[j].kind = PIXELS_FLOAT32
         else:
             store_row(jobs[j].pixels, staged[0], size, size, False, 0, 0, 0)
