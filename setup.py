@@ -50,7 +50,7 @@ else:
 
 MODULES = ["_validate", "_rng", "_permute", "_samplers", "_bufferpool", "_pacing", "_augment", "_batch",
            "_collate", "_fetch", "_image", "_datasets", "_packed", "_textlines", "_shmring",
-           "testing._alloccount"]    # dotted names are modules of subpackages
+           "testing._alloccount", "testing._kernels"]    # dotted names are modules of subpackages
 
 extensions = [
     Extension(

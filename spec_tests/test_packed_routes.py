@@ -182,3 +182,59 @@ def test_batches_past_the_cache_equal_the_samples_route(tmp_path, kind, multiple
     assert np.asarray(fast.images).nbytes >= STREAMED_BATCH_BYTES, "the batch must be large enough to stream"
     assert batch_bits(fast) == batch_bits(build_batch(col, ds, indices, seed, 0, 0, route="samples"))
     assert batch_bits(part) == batch_bits(build_batch(col, ds, indices, seed, 0, 0, start=5, route="samples"))
+
+
+
+@pytest.fixture(scope="module")
+def guarded_page():
+    """A readable page followed by an unreadable one (PROT_NONE): bytes ending at the
+    page's end are an image that nothing may read past."""
+    import ctypes
+    import mmap
+    page = mmap.PAGESIZE
+    region = mmap.mmap(-1, 2 * page, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(region))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    assert libc.mprotect(base + page, page, 0) == 0, ctypes.get_errno()     # PROT_NONE
+    yield np.frombuffer(region, dtype=np.uint8, count=page)
+    libc.mprotect(base + page, page, mmap.PROT_READ | mmap.PROT_WRITE)
+
+
+
+# The guard itself: a child reads the unreadable page's first byte and must crash.
+GUARD_CHILD = r"""
+import ctypes, mmap
+page = mmap.PAGESIZE
+region = mmap.mmap(-1, 2 * page, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+base = ctypes.addressof(ctypes.c_char.from_buffer(region))
+libc = ctypes.CDLL(None)
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+assert libc.mprotect(base + page, page, 0) == 0     # PROT_NONE
+ctypes.string_at(base + page - 1, 2)
+"""
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("streamed", [False, True])
+def test_no_kernel_reads_past_an_image(guarded_page, kernel, streamed):
+    """Memory safety (docs/safety.md): every gray kernel reads an image's pixels and not
+    a byte after them. Images of every tail (widths 1-40, rows of 1 and 3) end where an
+    unreadable page begins, and their rows equal the portable loop's, bit for bit. (A
+    child process shows that the page is unreadable: reading its first byte crashes it.)"""
+    import subprocess
+    import sys
+    from onemodel_cy.testing._kernels import convert_gray8
+    page = guarded_page.shape[0]
+    for height in (1, 3):
+        for width in range(1, 41):
+            pixels = guarded_page[page - height * width:]
+            pixels[:] = np.arange(height * width, dtype=np.uint8) * 37
+            padded = -(-width // 8) * 8
+            rows, wrote = convert_gray8(pixels, height, width, padded, 0.5, 0.25, -1.0, streamed, kernel)
+            expected, portable = convert_gray8(pixels, height, width, padded, 0.5, 0.25, -1.0, False, 0)
+            assert portable == 0
+            assert wrote == {0: 0, 1: 2 if streamed else 0, 2: 2 if streamed else 1}[kernel]
+            assert rows.view(np.uint32).tobytes() == expected.view(np.uint32).tobytes(), (height, width)
+    crash = subprocess.run([sys.executable, "-c", GUARD_CHILD], capture_output=True, timeout=60)
+    assert crash.returncode < 0, "reading the guard page must fault"
