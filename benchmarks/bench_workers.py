@@ -17,7 +17,10 @@ pass; both loaders keep their workers between passes), warmed up first, so worke
 start-up is not in the timing; each repetition times its next ``--epochs`` epochs (4),
 holding the last 2 batches as a training loop does. The
 configurations are interleaved round-robin; the table gives the median and the min-max of
-batches per second and the ratio to the first row (this package's 0 workers).
+batches per second and the ratio to the first row (this package's 0 workers). The last
+row of each set is the ceiling of two processes on this machine, timed in the same
+rounds: two independent copies of the 0-worker loop in two processes, building half the
+slice each at the same time (no worker processes can do the same work faster).
 
 The second table: a dataset whose reads wait 2 ms and need almost no CPU (batch 8), so
 that the scaling of the engines shows even when other work keeps the cores busy.
@@ -45,6 +48,7 @@ from _timing import round_robin, seconds, summary  # noqa: E402
 import workload  # noqa: E402
 
 MULTIPLE = 4
+CEILING = "ceiling: 2 processes, each its own 0-worker loop"
 SETS = {   # name: (count, height, min width, max width, resize to height, batch size)
     "small": (512, 32, 64, 256, None, 32),
     "large": (192, 128, 256, 1024, 64, 16),
@@ -131,6 +135,49 @@ def torch_collate(items):
             torch.tensor([len(t) for _, t, _ in items]), torch.tensor([label for _, _, label in items]))
 
 
+def _copy_loop(conn, dataset, batch):
+    """A process running its own 0-worker loader of ``dataset``: ``n`` batches per request."""
+    stream = endless(package_loader(dataset, batch, 0, "thread"))
+    take(stream, 32, workload.HELD)     # warm-up
+    conn.send("ready")
+    while (n := conn.recv()) is not None:
+        take(stream, n, workload.HELD)
+        conn.send("done")
+
+
+class TwoCopies:
+    """The ceiling of two processes on this machine: two independent 0-worker loops, one
+    per process, each the same training loop as the 0-worker row, timed together. No
+    loader's worker processes can beat it (they do the same work, and more)."""
+
+    def __init__(self, dataset, batch):
+        import multiprocessing as mp
+        ctx = mp.get_context("spawn")
+        self.pipes, self.processes = [], []
+        for _ in range(2):
+            ours, theirs = ctx.Pipe()
+            process = ctx.Process(target=_copy_loop, args=(theirs, dataset, batch), daemon=True)
+            process.start()
+            self.pipes.append(ours)
+            self.processes.append(process)
+        for conn in self.pipes:
+            conn.recv()
+
+    def rate(self, n):
+        """Batches per second of both copies building n / 2 batches each at once."""
+        start = time.perf_counter()
+        for conn in self.pipes:
+            conn.send(n // 2)
+        for conn in self.pipes:
+            conn.recv()
+        return (n // 2) * 2 / (time.perf_counter() - start)
+
+    def close(self):
+        for conn, process in zip(self.pipes, self.processes):
+            conn.send(None)
+            process.join(10)
+
+
 def package_loader(dataset, batch, workers, mode):
     return om.DataLoader(dataset, om.ShuffledSampler(len(dataset), batch, seed=1),
                          om.ImageBatchCollator(MULTIPLE), seed=1, workers=workers, prefetch=4,
@@ -166,14 +213,18 @@ def slice_rate(stream, n, held=0):
     return n / seconds(lambda: take(stream, n, held))
 
 
-def measure(loaders, n, repeats, held=0, base=None):
+def measure(loaders, n, repeats, held=0, base=None, ceiling=None):
     """Each loader's endless stream, warmed up (workers started, pools and rings at size),
     then ``repeats`` interleaved slices of ``n`` batches: rows (label, median, min, max, ratio).
-    Between two of its slices a stream builds at most its prefetch depth ahead, then waits."""
+    Between two of its slices a stream builds at most its prefetch depth ahead, then waits.
+    ``ceiling`` (a TwoCopies) is timed in the same rounds, as the last row."""
     streams = {label: endless(loader) for label, loader in loaders.items()}
     for stream in streams.values():
         slice_rate(stream, n // 2, held)
-    samples = round_robin({label: (lambda s=s: slice_rate(s, n, held)) for label, s in streams.items()}, repeats)
+    measures = {label: (lambda s=s: slice_rate(s, n, held)) for label, s in streams.items()}
+    if ceiling is not None:
+        measures[CEILING] = lambda: ceiling.rate(n)
+    samples = round_robin(measures, repeats)
     reference = summary(samples[base or next(iter(samples))])[0]
     rows = [(label, *summary(v), summary(v)[0] / reference) for label, v in samples.items()]
     for stream in streams.values():
@@ -198,7 +249,11 @@ def python_heavy(repeats, epochs):
             "torch, 2 workers": torch_loader(dataset, batch, 2),
         }
         n = len(dataset) // batch * epochs
-        rows += [(name, *row) for row in measure(loaders, n, repeats, held=workload.HELD)]
+        ceiling = TwoCopies(dataset, batch)
+        try:
+            rows += [(name, *row) for row in measure(loaders, n, repeats, held=workload.HELD, ceiling=ceiling)]
+        finally:
+            ceiling.close()
     return rows
 
 
@@ -236,7 +291,11 @@ def main():
     args = parser.parse_args()
     print(f"# bench_workers: Python {platform.python_version()}, {os.cpu_count()} CPUs, "
           f"{args.repeats} interleaved repeats\n")
-    print_table(python_heavy(args.repeats, args.epochs), "× threads, 0 workers")
+    rows = python_heavy(args.repeats, args.epochs)
+    print_table(rows, "× threads, 0 workers")
+    medians = {(name, label): median for name, label, median, *_ in rows}
+    print("\nprocesses, 2 workers / the ceiling: " + ", ".join(
+        f"{name} {medians[(name, 'processes, 2 workers')] / medians[(name, CEILING)]:.2f}" for name in SETS))
     print()
     print_table(waiting(args.repeats), "× threads, 0 workers")
     print()
