@@ -26,21 +26,22 @@ from onemodel_cy._bufferpool cimport BufferPool, Block
 from onemodel_cy._batch cimport BatchLayout, ImageBatch, plan_layout, batch_in_block
 from onemodel_cy._datasets cimport Sample, PIXELS_FLOAT32, PIXELS_GRAY8
 from onemodel_cy._pacing cimport Pacing
+from onemodel_cy._row cimport convert_image, convert_gray_simd, simd_level, stream_fence, prefetch
 
 cnp.import_array()
 
 cdef i64 INT32_END = 1 << 31
 # A batch of 8-bit pixels with no augmentation whose images take at least this many bytes
-# is written with streaming stores (src/row.h om_convert_streamed): it outgrows the
+# is written with streaming stores (src/row.h om_convert_gray_simd): it outgrows the
 # caches, so reading its lines in before writing them only costs. Smaller batches stay
 # in cache, where plain stores are faster.
 cdef Py_ssize_t STREAM_MIN_BYTES = 2 << 20
+STREAMED_BATCH_BYTES = STREAM_MIN_BYTES     # the same, for tests and benchmarks
 # The bytes of the next image asked for ahead (src/row.h om_prefetch): its first lines
 # start the hardware's stream prefetcher on the rest. Asking for the whole image stalls
 # the core once the line-fill buffers are full (perf: 84 % of the collator's own time on
 # the prefetch instruction, 7 % of a 2-worker run at batch 32).
 cdef Py_ssize_t PREFETCH_BYTES = 512
-STREAMED_BATCH_BYTES = STREAM_MIN_BYTES     # the same, for tests and benchmarks
 # The widest SIMD the gray 8-bit kernels may use (src/row.h om_convert_gray_simd: 2
 # AVX-512, 1 AVX2, 0 none); only tests lower it, to check every kernel on one machine.
 cdef int simd_cap = 2
@@ -55,16 +56,6 @@ def simd_kernels(cap=None):
     previous, simd_cap = simd_cap, as_size(cap, "cap")
     return previous
 
-cdef extern from "row.h":
-    void convert_image "om_convert_image"(const unsigned char* src, Py_ssize_t channels, Py_ssize_t height,
-                                          Py_ssize_t width, float* dst, Py_ssize_t padded,
-                                          const float* scale, const float* bias, float pad) noexcept nogil
-    int convert_gray_simd "om_convert_gray_simd"(const unsigned char* src, Py_ssize_t height, Py_ssize_t width,
-                                                 float* dst, Py_ssize_t padded, float scale, float bias, float pad,
-                                                 int streamed, int cap) noexcept nogil
-    int simd_level "om_simd_level"() noexcept nogil
-    void stream_fence "om_stream_fence"() noexcept nogil
-    void prefetch "om_prefetch"(const void* p, size_t nbytes) noexcept nogil
 
 cdef extern from "Python.h":
     # Py_REFCNT on a borrowed pointer: no temporary reference to count, and valid on

@@ -7,18 +7,11 @@ made unreadable, to prove that no kernel reads past an image's last pixel.
 cimport numpy as cnp
 import numpy as np
 
+from onemodel_cy._row cimport convert_image, convert_gray_simd, stream_fence
 from onemodel_cy._validate cimport as_size, checked_mul
 
 cnp.import_array()
 
-cdef extern from "row.h":
-    void convert_image "om_convert_image"(const unsigned char* src, Py_ssize_t channels, Py_ssize_t height,
-                                          Py_ssize_t width, float* dst, Py_ssize_t padded,
-                                          const float* scale, const float* bias, float pad) noexcept nogil
-    int convert_gray_simd "om_convert_gray_simd"(const unsigned char* src, Py_ssize_t height, Py_ssize_t width,
-                                                 float* dst, Py_ssize_t padded, float scale, float bias, float pad,
-                                                 int streamed, int cap) noexcept nogil
-    void stream_fence "om_stream_fence"() noexcept nogil
 
 
 def convert_gray8(const unsigned char[::1] pixels not None, height, width, padded, float scale, float bias,
