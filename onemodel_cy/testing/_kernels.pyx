@@ -13,7 +13,6 @@ from onemodel_cy._validate cimport as_size, checked_mul
 cnp.import_array()
 
 
-
 def convert_gray8(const unsigned char[::1] pixels not None, height, width, padded, float scale, float bias,
                   float pad, bint streamed, cap):
     """``height`` rows of ``width`` pixels read from ``pixels`` (exactly height * width
@@ -21,8 +20,8 @@ def convert_gray8(const unsigned char[::1] pixels not None, height, width, padde
     level ``cap``; returns (the rows, the kernel's answer: 2 streamed, 1 plain SIMD, 0 the
     portable loop)."""
     cdef Py_ssize_t h = as_size(height, "height"), w = as_size(width, "width"), p = as_size(padded, "padded")
-    if pixels.shape[0] != checked_mul(h, w, "height * width") or w > p or w == 0:
-        raise ValueError(f"need len(pixels) == height * width and 0 < width <= padded, received "
+    if pixels.shape[0] != checked_mul(h, w, "height * width") or w > p or w == 0 or h == 0:
+        raise ValueError(f"need len(pixels) == height * width, height > 0 and 0 < width <= padded, received "
                          f"{pixels.shape[0]} bytes, height {h}, width {w}, padded {p}")
     # 64-byte aligned rows when padded allows (np.empty gives at least 16): a view of a larger block.
     cdef cnp.ndarray block = np.empty(checked_mul(h, p, "height * padded") + 16, dtype=np.float32)
