@@ -219,22 +219,31 @@ ctypes.string_at(base + page - 1, 2)
 @pytest.mark.parametrize("streamed", [False, True])
 def test_no_kernel_reads_past_an_image(guarded_page, kernel, streamed):
     """Memory safety (docs/safety.md): every gray kernel reads an image's pixels and not
-    a byte after them. Images of every tail (widths 1-40, rows of 1 and 3) end where an
-    unreadable page begins, and their rows equal the portable loop's, bit for bit. (A
-    child process shows that the page is unreadable: reading its first byte crashes it.)"""
+    a byte after them, and writes its rows and not a float outside them. Images of every
+    tail (widths 1-40, rows of 1 and 3) end where an unreadable page begins; the rows are
+    padded to a multiple of 8 or not, and start on a 64-byte line, in its middle, or 4
+    bytes in (where streaming must be refused); the helper checks a sentinel around the
+    rows. Values (inexact §6 constants) equal the portable loop's, bit for bit. (A child
+    process shows that the page is unreadable: reading its first byte crashes it.)"""
     import subprocess
     import sys
     from onemodel_cy.testing._kernels import convert_gray8
     page = guarded_page.shape[0]
+    scale = np.float32(1.0) / (np.float32(255.0) * np.float32(0.229))
+    bias = np.float32(0.485) / np.float32(0.229)
     for height in (1, 3):
         for width in range(1, 41):
             pixels = guarded_page[page - height * width:]
             pixels[:] = np.arange(height * width, dtype=np.uint8) * 37
-            padded = -(-width // 8) * 8
-            rows, wrote = convert_gray8(pixels, height, width, padded, 0.5, 0.25, -1.0, streamed, kernel)
-            expected, portable = convert_gray8(pixels, height, width, padded, 0.5, 0.25, -1.0, False, 0)
-            assert portable == 0
-            assert wrote == {0: 0, 1: 2 if streamed else 0, 2: 2 if streamed else 1}[kernel]
-            assert rows.view(np.uint32).tobytes() == expected.view(np.uint32).tobytes(), (height, width)
+            for padded in (-(-width // 8) * 8, width + 3):
+                for misalign in (0, 8, 1):
+                    rows, wrote = convert_gray8(pixels, height, width, padded, scale, bias, -1.0, streamed,
+                                                kernel, misalign)
+                    expected, portable = convert_gray8(pixels, height, width, padded, scale, bias, -1.0, False, 0)
+                    streams = streamed and padded % 8 == 0 and misalign % 8 == 0
+                    assert portable == 0
+                    assert wrote == {0: 0, 1: 2 if streams else 0, 2: 2 if streams else 1}[kernel]
+                    assert rows.view(np.uint32).tobytes() == expected.view(np.uint32).tobytes(), \
+                        (height, width, padded, misalign)
     crash = subprocess.run([sys.executable, "-c", GUARD_CHILD], capture_output=True, timeout=60)
     assert crash.returncode < 0, "reading the guard page must fault"

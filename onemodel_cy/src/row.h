@@ -162,11 +162,11 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static void om_convert_gray
    0: none; tests lower it to check every kernel on one machine). Returns 2 when it wrote
    with streaming stores (the caller fences before handing the batch over), 1 with plain
    ones, 0 when it wrote nothing: the caller then uses om_convert_image. Streaming is used
-   only when asked and the rows allow it (32-byte aligned, `padded` a multiple of 8); AVX2
-   has a streaming kernel only. */
+   only when asked and the rows allow it (32-byte aligned, `padded` a nonzero multiple of
+   8); AVX2 has a streaming kernel only. */
 static int om_convert_gray_simd(const unsigned char* src, ptrdiff_t height, ptrdiff_t width, float* dst,
                                 ptrdiff_t padded, float scale, float bias, float pad, int streamed, int cap) {
-    streamed = streamed && padded % 8 == 0 && ((size_t)dst & 31) == 0;
+    streamed = streamed && padded >= 8 && padded % 8 == 0 && ((size_t)dst & 31) == 0;
     if (cap >= 2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
             && __builtin_cpu_supports("avx512vl")) {
         om_convert_gray_avx512(src, height, width, dst, padded, scale, bias, pad, streamed);
