@@ -10,7 +10,7 @@
    caches, as a pack's pages are after the rest of a training step. Prints the best and
    the mean of 7 repetitions (one pass over the images each) of every configuration:
    the portable loop (om_convert_image); the kernel the collator runs at each level
-   (om_convert_gray_simd: streaming stores for batches of 2 MiB or more, which at the
+   (om_convert_gray: streaming stores for batches of 2 MiB or more, which at the
    AVX2 level is its only kernel); AVX-512 with plain stores at every size; and the
    AVX-512 level with the next image prefetched whole or by its first 512 bytes. */
 #include "row.h"
@@ -86,9 +86,8 @@ int main(void) {
                                         cf->prefetch < 0 || next < (size_t)cf->prefetch ? next : (size_t)cf->prefetch);
                         }
                         float* dst = out + (size_t)j * HEIGHT * PADDED;
-                        if (!om_convert_gray_simd(pack + offsets[i], HEIGHT, widths[i], dst, PADDED, scale, bias,
-                                                  0.0f, cf->stream && big, cf->cap))
-                            om_convert_image(pack + offsets[i], 1, HEIGHT, widths[i], dst, PADDED, &scale, &bias, 0.0f);
+                        om_convert_gray(pack + offsets[i], HEIGHT, widths[i], dst, PADDED, scale, bias, 0.0f,
+                                        cf->stream && big, cf->cap);
                     }
                     om_stream_fence();
                 }

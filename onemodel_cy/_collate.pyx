@@ -26,13 +26,13 @@ from onemodel_cy._bufferpool cimport BufferPool, Block
 from onemodel_cy._batch cimport BatchLayout, ImageBatch, plan_layout, batch_in_block
 from onemodel_cy._datasets cimport Sample, PIXELS_FLOAT32, PIXELS_GRAY8
 from onemodel_cy._pacing cimport Pacing
-from onemodel_cy._row cimport convert_image, convert_gray_simd, simd_level, stream_fence, prefetch
+from onemodel_cy._row cimport convert_image, convert_gray, simd_level, stream_fence, prefetch
 
 cnp.import_array()
 
 cdef i64 INT32_END = 1 << 31
 # A batch of 8-bit pixels with no augmentation whose images take at least this many bytes
-# is written with streaming stores (src/row.h om_convert_gray_simd): it outgrows the
+# is written with streaming stores (src/row.h om_convert_gray): it outgrows the
 # caches, so reading its lines in before writing them only costs. Smaller batches stay
 # in cache, where plain stores are faster.
 cdef Py_ssize_t STREAM_MIN_BYTES = 2 << 20
@@ -42,7 +42,7 @@ STREAMED_BATCH_BYTES = STREAM_MIN_BYTES     # the same, for tests and benchmarks
 # the core once the line-fill buffers are full (perf: 84 % of the collator's own time on
 # the prefetch instruction, 7 % of a 2-worker run at batch 32).
 cdef Py_ssize_t PREFETCH_BYTES = 512
-# The widest SIMD the gray 8-bit kernels may use (src/row.h om_convert_gray_simd: 2
+# The widest SIMD the gray 8-bit kernels may use (src/row.h om_convert_gray: 2
 # AVX-512, 1 AVX2, 0 none); only tests lower it, to check every kernel on one machine.
 cdef int simd_cap = 2
 
@@ -238,15 +238,12 @@ cdef inline int convert_slot(const SlotJob* job, Py_ssize_t channels, Py_ssize_t
                              Py_ssize_t padded, float pad, bint streamed) noexcept nogil:
     """A slot of 8-bit pixels, converted (§6) into planar rows of ``padded`` floats: gray
     through the CPU's SIMD kernel (with streaming stores when ``streamed`` and the rows
-    allow), else the portable loop. Returns 2 when it streamed (the caller fences)."""
-    cdef int wrote = 0
+    allow), RGB through the portable loop. Returns 2 when it streamed (the caller fences)."""
     if job.kind == PIXELS_GRAY8:
-        wrote = convert_gray_simd(job.bytes, height, job.width, dst, padded, job.convert[0], job.convert[3], pad,
-                                  streamed, simd_cap)
-    if wrote == 0:
-        convert_image(job.bytes, 1 if job.kind == PIXELS_GRAY8 else channels, height, job.width, dst, padded,
-                      job.convert, job.convert + 3, pad)
-    return wrote
+        return convert_gray(job.bytes, height, job.width, dst, padded, job.convert[0], job.convert[3], pad,
+                            streamed, simd_cap)
+    convert_image(job.bytes, channels, height, job.width, dst, padded, job.convert, job.convert + 3, pad)
+    return 0
 
 
 cdef void stage_slots(SlotJob* jobs, Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t channels, Py_ssize_t height,

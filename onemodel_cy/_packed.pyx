@@ -10,7 +10,7 @@ mapped file only supplies pixel values (docs/safety.md, "Memory-mapped packs").
 ``get_sample(i)`` is ``gray8_to_planar``/``rgb8_to_planar`` of the stored pixels (§6, D15)
 or a copy of stored float32; the loader's fetch step instead reads the 8-bit pixels
 itself and converts them while it writes the padded batch (``src/row.h``:
-``om_convert_image``, and for gray pixels the AVX2/AVX-512 ``om_convert_gray_simd``), with
+``om_convert_image``, and for gray pixels the AVX2/AVX-512 ``om_convert_gray``), with
 the same float32 operations per pixel: both routes give the same bytes.
 """
 cimport cython

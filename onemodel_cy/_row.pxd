@@ -4,9 +4,9 @@ cdef extern from "row.h":
     void convert_image "om_convert_image"(const unsigned char* src, Py_ssize_t channels, Py_ssize_t height,
                                           Py_ssize_t width, float* dst, Py_ssize_t padded,
                                           const float* scale, const float* bias, float pad) noexcept nogil
-    int convert_gray_simd "om_convert_gray_simd"(const unsigned char* src, Py_ssize_t height, Py_ssize_t width,
-                                                 float* dst, Py_ssize_t padded, float scale, float bias, float pad,
-                                                 int streamed, int cap) noexcept nogil
+    int convert_gray "om_convert_gray"(const unsigned char* src, Py_ssize_t height, Py_ssize_t width,
+                                       float* dst, Py_ssize_t padded, float scale, float bias, float pad,
+                                       int streamed, int cap) noexcept nogil
     int simd_level "om_simd_level"() noexcept nogil
     void stream_fence "om_stream_fence"() noexcept nogil
     void prefetch "om_prefetch"(const void* p, size_t nbytes) noexcept nogil

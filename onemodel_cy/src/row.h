@@ -78,7 +78,7 @@ OM_CLONES static void om_convert_image(const unsigned char* src, ptrdiff_t chann
    faster (measured alone: batch 128 of 32 x 256 rows with six batches alive, 149 against
    236 us; at batch 32, which stays in cache, it is slower, 40 against 31 us). Same
    float32 operations per lane: convert, multiply, subtract. Rows must be 32-byte aligned
-   and `padded` a multiple of 8; om_convert_gray_simd below checks, and chooses. */
+   and `padded` a multiple of 8; om_convert_gray below checks, and chooses. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 #include <immintrin.h>
 #include <string.h>
@@ -158,28 +158,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static void om_convert_gray
     }
 }
 
-/* One gray image through the widest kernel the CPU has, up to `cap` (2: AVX-512, 1: AVX2,
-   0: none; tests lower it to check every kernel on one machine). Returns 2 when it wrote
-   with streaming stores (the caller fences before handing the batch over), 1 with plain
-   ones, 0 when it wrote nothing: the caller then uses om_convert_image. Streaming is used
-   only when asked and the rows allow it (32-byte aligned, `padded` a nonzero multiple of
-   8); AVX2 has a streaming kernel only. */
-static int om_convert_gray_simd(const unsigned char* src, ptrdiff_t height, ptrdiff_t width, float* dst,
-                                ptrdiff_t padded, float scale, float bias, float pad, int streamed, int cap) {
-    streamed = streamed && padded >= 8 && padded % 8 == 0 && ((size_t)dst & 31) == 0;
-    if (cap >= 2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
-            && __builtin_cpu_supports("avx512vl")) {
-        om_convert_gray_avx512(src, height, width, dst, padded, scale, bias, pad, streamed);
-        return streamed ? 2 : 1;
-    }
-    if (cap >= 1 && streamed && __builtin_cpu_supports("avx2")) {
-        om_convert_gray_streamed(src, height, width, dst, padded, scale, bias, pad);
-        return 2;
-    }
-    return 0;
-}
-
-/* The widest kernel level this CPU runs (as om_convert_gray_simd chooses). */
+/* The widest kernel level this CPU runs: 2 AVX-512 (F, BW and VL), 1 AVX2, 0 neither. */
 static int om_simd_level(void) {
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
         return 2;
@@ -189,13 +168,33 @@ static int om_simd_level(void) {
 /* Streaming stores are weakly ordered: fence them before the batch is handed over. */
 static void om_stream_fence(void) { _mm_sfence(); }
 #else
-static int om_convert_gray_simd(const unsigned char* src, ptrdiff_t height, ptrdiff_t width, float* dst,
-                                ptrdiff_t padded, float scale, float bias, float pad, int streamed, int cap) {
-    (void)src; (void)height; (void)width; (void)dst; (void)padded; (void)scale; (void)bias; (void)pad;
-    (void)streamed; (void)cap;
-    return 0;
-}
 static int om_simd_level(void) { return 0; }
 static void om_stream_fence(void) {}
 #endif
+
+/* One gray image (om_convert_image's arithmetic and padding) through the widest kernel
+   the CPU has, up to level `cap` (om_simd_level; tests lower it to check every kernel on
+   one machine). Returns 2 when it wrote with streaming stores (the caller fences before
+   handing the batch over), 1 with plain SIMD stores, 0 when the portable loop wrote it.
+   Streaming is used only when asked and the rows allow it (32-byte aligned, `padded` a
+   nonzero multiple of 8); AVX2 has a streaming kernel only. */
+static int om_convert_gray(const unsigned char* src, ptrdiff_t height, ptrdiff_t width, float* dst,
+                           ptrdiff_t padded, float scale, float bias, float pad, int streamed, int cap) {
+    int level = om_simd_level();
+    if (level > cap) level = cap;
+    streamed = streamed && padded >= 8 && padded % 8 == 0 && ((size_t)dst & 31) == 0;
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+    if (level >= 2) {
+        om_convert_gray_avx512(src, height, width, dst, padded, scale, bias, pad, streamed);
+        return streamed ? 2 : 1;
+    }
+    if (level >= 1 && streamed) {
+        om_convert_gray_streamed(src, height, width, dst, padded, scale, bias, pad);
+        return 2;
+    }
+#endif
+    (void)level; (void)streamed;    /* (without the SIMD kernels) */
+    om_convert_image(src, 1, height, width, dst, padded, &scale, &bias, pad);
+    return 0;
+}
 #endif

@@ -7,7 +7,7 @@ made unreadable, to prove that no kernel reads past an image's last pixel.
 cimport numpy as cnp
 import numpy as np
 
-from onemodel_cy._row cimport convert_image, convert_gray_simd, stream_fence
+from onemodel_cy._row cimport convert_gray, stream_fence
 from onemodel_cy._validate cimport as_size, checked_mul
 
 cnp.import_array()
@@ -37,9 +37,7 @@ def convert_gray8(const unsigned char[::1] pixels not None, height, width, padde
     cdef float* dst = <float*>cnp.PyArray_DATA(out)
     cdef int level = as_size(cap, "cap"), wrote
     with nogil:
-        wrote = convert_gray_simd(&pixels[0], h, w, dst, p, scale, bias, pad, streamed, level)
-        if wrote == 0:
-            convert_image(&pixels[0], 1, h, w, dst, p, &scale, &bias, pad)
+        wrote = convert_gray(&pixels[0], h, w, dst, p, scale, bias, pad, streamed, level)
         if wrote == 2:
             stream_fence()
     bits = block.view(np.uint32)
