@@ -56,3 +56,49 @@ def interleaved(cases, repeats=5):
     samples = round_robin({name: (lambda fn=fn, units=units: rate(fn, units, repeats=1)[0])
                            for name, (fn, units) in cases.items()}, repeats)
     return {name: summary(v) for name, v in samples.items()}
+
+
+def _copy_loop(conn, make_run, args):
+    """One copy of TwoCopies: ``run = make_run(*args)``, warmed up, then ``run(n)`` per request."""
+    run = make_run(*args)
+    run(32)
+    conn.send("ready")
+    while (n := conn.recv()) is not None:
+        run(n)
+        conn.send("done")
+
+
+class TwoCopies:
+    """The ceiling of two processes on this machine: two independent copies of a 0-worker
+    loop, one per process, timed together. A loader's workers do the same work and more
+    (hand-offs), so they cannot beat it; the gap between the two is what the loader loses.
+
+    ``make_run(*args)`` (picklable: a module-level function) runs in each process and
+    returns a function ``run(n)`` that builds ``n`` batches, as the 0-worker row does."""
+
+    def __init__(self, make_run, *args):
+        import multiprocessing as mp
+        ctx = mp.get_context("spawn")
+        self.pipes, self.processes = [], []
+        for _ in range(2):
+            ours, theirs = ctx.Pipe()
+            process = ctx.Process(target=_copy_loop, args=(theirs, make_run, args), daemon=True)
+            process.start()
+            self.pipes.append(ours)
+            self.processes.append(process)
+        for conn in self.pipes:
+            conn.recv()
+
+    def rate(self, n):
+        """Batches per second of both copies building n / 2 batches each at once."""
+        start = time.perf_counter()
+        for conn in self.pipes:
+            conn.send(n // 2)
+        for conn in self.pipes:
+            conn.recv()
+        return (n // 2) * 2 / (time.perf_counter() - start)
+
+    def close(self):
+        for conn, process in zip(self.pipes, self.processes):
+            conn.send(None)
+            process.join(10)

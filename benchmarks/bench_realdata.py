@@ -14,7 +14,10 @@ the following, each consumer holding its two previous batches as a training loop
 * this package's ``DataLoader`` over ``PackedImageDataset`` (the GIL-free fetch step with
   the fused 8-bit conversion), 0 and 2 worker threads, with its pool misses after warm-up;
 * the floor of this work on one thread: read each batch's uint8 pixels once and write the
-  padded float32 batch once (a 256-entry lookup table through ``numpy.take``).
+  padded float32 batch once (a converting copy and a fill in numpy);
+* the ceiling of two cores for the packed route: two processes, each running its own
+  0-worker loop over the pack, timed together (what 2 workers would reach if handing
+  batches between threads cost nothing).
 
 ``--large N`` then writes a pack of N generated line images (several GB for a million)
 and reads all of it through the loader with 2 workers, printing the reading process's
@@ -32,7 +35,7 @@ import time
 import numpy as np
 
 import onemodel_cy as om
-from _timing import round_robin, summary
+from _timing import TwoCopies, round_robin, summary
 
 BATCH, HEIGHT, MEAN, STD, PAD, MULTIPLE = 32, 32, 0.5, 0.25, 0.0, 8
 HOLD = 2       # batches the consumer holds while the next is built, as a training loop does
@@ -197,6 +200,27 @@ class FloorCase:
         return batches / (time.perf_counter() - start)
 
 
+def packed_zero_worker_run(pack_folder, batch):
+    """The packed 0-worker row's loop, as a function of n (for TwoCopies' processes)."""
+    global BATCH
+    BATCH = batch
+    case = OursCase("packed", om.PackedImageDataset(pack_folder, MEAN, STD), 0)
+    return case.run
+
+
+class CeilingCase:
+    name = "ceiling: 2 processes, each its own packed 0-worker loop"
+
+    def __init__(self, pack_folder):
+        self.copies = TwoCopies(packed_zero_worker_run, pack_folder, BATCH)
+
+    def run(self, batches):
+        return self.copies.rate(batches)
+
+    def close(self):
+        self.copies.close()
+
+
 def calibrated(case, seconds=0.4):
     """Batches per repetition so that one lasts about ``seconds`` (at least 8)."""
     n = 8
@@ -333,8 +357,11 @@ def main(argv=None):
         pngs = PngDataset(os.path.join(folder, "png"), names)
         cases += [OursCase("onemodel_cy, Python PNG dataset", pngs, w) for w in (0, 2)]
         cases += [OursCase("onemodel_cy, PackedImageDataset", packed, w) for w in (0, 2)]
+        ceiling = CeilingCase(os.path.join(folder, "pack"))
+        cases.append(ceiling)
         counts = {c.name: calibrated(c, args.seconds) for c in cases}
         samples = round_robin({c.name: (lambda c=c: c.run(counts[c.name])) for c in cases}, args.repeats)
+        ceiling.close()
         for c in cases:
             if isinstance(c, OursCase):
                 c.misses = c.misses[-args.repeats:]        # the measured repetitions only
@@ -345,8 +372,10 @@ def main(argv=None):
         print(text)
         p0 = medians["onemodel_cy, PackedImageDataset, 0 workers"]
         p2 = medians["onemodel_cy, PackedImageDataset, 2 workers"]
+        top = medians[CeilingCase.name]
         print(f"\npacked 2 workers / 0 workers: {p2 / p0:.2f}; packed 0 workers / floor: "
-              f"{p0 / medians[FloorCase.name]:.2f}")
+              f"{p0 / medians[FloorCase.name]:.2f}; the ceiling / packed 0 workers: {top / p0:.2f}; "
+              f"packed 2 workers / the ceiling: {p2 / top:.2f}")
         if args.large:
             large_pack(args.large, folder)
 

@@ -44,7 +44,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import onemodel_cy as om  # noqa: E402
-from _timing import round_robin, seconds, summary  # noqa: E402
+from _timing import TwoCopies, round_robin, seconds, summary  # noqa: E402
 import workload  # noqa: E402
 
 MULTIPLE = 4
@@ -135,47 +135,10 @@ def torch_collate(items):
             torch.tensor([len(t) for _, t, _ in items]), torch.tensor([label for _, _, label in items]))
 
 
-def _copy_loop(conn, dataset, batch):
-    """A process running its own 0-worker loader of ``dataset``: ``n`` batches per request."""
+def zero_worker_run(dataset, batch):
+    """The 0-worker row's training loop, as a function of n (for TwoCopies' processes)."""
     stream = endless(package_loader(dataset, batch, 0, "thread"))
-    take(stream, 32, workload.HELD)     # warm-up
-    conn.send("ready")
-    while (n := conn.recv()) is not None:
-        take(stream, n, workload.HELD)
-        conn.send("done")
-
-
-class TwoCopies:
-    """The ceiling of two processes on this machine: two independent 0-worker loops, one
-    per process, each the same training loop as the 0-worker row, timed together. No
-    loader's worker processes can beat it (they do the same work, and more)."""
-
-    def __init__(self, dataset, batch):
-        import multiprocessing as mp
-        ctx = mp.get_context("spawn")
-        self.pipes, self.processes = [], []
-        for _ in range(2):
-            ours, theirs = ctx.Pipe()
-            process = ctx.Process(target=_copy_loop, args=(theirs, dataset, batch), daemon=True)
-            process.start()
-            self.pipes.append(ours)
-            self.processes.append(process)
-        for conn in self.pipes:
-            conn.recv()
-
-    def rate(self, n):
-        """Batches per second of both copies building n / 2 batches each at once."""
-        start = time.perf_counter()
-        for conn in self.pipes:
-            conn.send(n // 2)
-        for conn in self.pipes:
-            conn.recv()
-        return (n // 2) * 2 / (time.perf_counter() - start)
-
-    def close(self):
-        for conn, process in zip(self.pipes, self.processes):
-            conn.send(None)
-            process.join(10)
+    return lambda n: take(stream, n, workload.HELD)
 
 
 def package_loader(dataset, batch, workers, mode):
@@ -249,7 +212,7 @@ def python_heavy(repeats, epochs):
             "torch, 2 workers": torch_loader(dataset, batch, 2),
         }
         n = len(dataset) // batch * epochs
-        ceiling = TwoCopies(dataset, batch)
+        ceiling = TwoCopies(zero_worker_run, dataset, batch)
         try:
             rows += [(name, *row) for row in measure(loaders, n, repeats, held=workload.HELD, ceiling=ceiling)]
         finally:
