@@ -28,9 +28,9 @@
    Checks first that every configuration builds 0 workers' bytes at each of 1,000 steps at
    batch 32 and 250 at 128 (a hash of each block; "same bytes: yes"), then times `batches`
    steps at batch 32 and a quarter as many at 128, in 7 interleaved rounds. Prints the
-   median and min-max batches/s, the ratio of medians to 0 workers and, per batch, how
-   often the consumer and the workers slept on a condition and how often the consumer
-   found its batch delivered on arrival. */
+   median and min-max batches/s, the ratio of medians to 0 workers and, per batch, the
+   process's context switches (getrusage), how often the consumer and the workers slept on
+   a condition and how often the consumer found its batch delivered on arrival. */
 #define _GNU_SOURCE
 #include "row.h"
 
@@ -42,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 enum { IMAGES = 3000, HEIGHT = 32, MAX_BATCH = 128, MAX_PADDED = 264, ROUNDS = 7, MAX_SLOTS = 64,
@@ -58,6 +59,7 @@ struct ring {
     const struct mode* mode;
     int prefetch, batch, nfree, workers_waiting;            /* the last two under the lock */
     long limit, worker_sleeps, consumer_sleeps, arrived;    /* worker_sleeps under the lock */
+    long switches;                                          /* the process's, in the run */
     atomic_long next_claim, next_take;                      /* written under the lock */
     atomic_int consumer_waiting;                            /* slot + 1 the consumer sleeps on */
     int done;
@@ -215,6 +217,8 @@ static double run(struct ring* r, const struct mode* m, int prefetch, int b, lon
     pthread_cond_init(&r->room, NULL);
     for (int k = 0; k < prefetch; k++) pthread_cond_init(&r->slots[k].ready, NULL);
     for (int k = 0; k < nblocks; k++) r->free_list[r->nfree++] = blocks[k];
+    struct rusage before, after;        /* (RUSAGE_SELF counts the threads that ended) */
+    getrusage(RUSAGE_SELF, &before);
     double start = now();
     for (int t = 0; t < m->workers; t++)
         if (pthread_create(&threads[t], NULL, work, r) != 0) { perror("pthread_create"); exit(1); }
@@ -238,6 +242,8 @@ static double run(struct ring* r, const struct mode* m, int prefetch, int b, lon
     pthread_cond_broadcast(&r->room);
     pthread_mutex_unlock(&r->lock);
     for (int t = 0; t < m->workers; t++) pthread_join(threads[t], NULL);
+    getrusage(RUSAGE_SELF, &after);
+    r->switches = after.ru_nvcsw + after.ru_nivcsw - before.ru_nvcsw - before.ru_nivcsw;
     pthread_cond_destroy(&r->room);
     for (int k = 0; k < prefetch; k++) pthread_cond_destroy(&r->slots[k].ready);
     pthread_mutex_destroy(&r->lock);
@@ -312,7 +318,7 @@ int main(int argc, char** argv) {
            om_simd_level(), prefetch, nblocks, same ? "yes" : "NO");
     if (!same) return 1;
     static double rate[2][MODES][ROUNDS];
-    static long sleeps[2][MODES][3];    /* consumer's, workers', batches ready on arrival */
+    static long sleeps[2][MODES][4];    /* consumer's, workers', batches ready on arrival, switches */
     for (int round = 0; round < ROUNDS; round++)
         for (int bi = 0; bi < 2; bi++)
             for (int c = 0; c < MODES; c++) {
@@ -321,6 +327,7 @@ int main(int argc, char** argv) {
                 sleeps[bi][c][0] += ring.consumer_sleeps;
                 sleeps[bi][c][1] += ring.worker_sleeps;
                 sleeps[bi][c][2] += ring.arrived;
+                sleeps[bi][c][3] += ring.switches;
             }
     for (int bi = 0; bi < 2; bi++) {
         double n = (double)(steps32 / (batches[bi] / 32)), base = 0;
@@ -332,8 +339,9 @@ int main(int argc, char** argv) {
             if (c == 0) base = v[ROUNDS / 2];
             printf("  %-24s %8.0f  %8.0f-%-8.0f %5.2fx", modes[c].name, v[ROUNDS / 2], v[0], v[ROUNDS - 1],
                    v[ROUNDS / 2] / base);
+            printf("  a batch: %.2f context switches", sleeps[bi][c][3] / (n * ROUNDS));
             if (c > 0)
-                printf("   sleeps a batch: consumer %.3f, workers %.3f; ready on arrival %.2f",
+                printf(", sleeps: consumer %.3f, workers %.3f; ready on arrival %.2f",
                        sleeps[bi][c][0] / (n * ROUNDS), sleeps[bi][c][1] / (n * ROUNDS), sleeps[bi][c][2] / (n * ROUNDS));
             printf("\n");
         }
