@@ -28,7 +28,8 @@
    Checks first that every configuration builds 0 workers' bytes at each of 1,000 steps at
    batch 32 and 250 at 128 (a hash of each block; "same bytes: yes"), then times `batches`
    steps at batch 32 and a quarter as many at 128, in 7 interleaved rounds. Prints the
-   median and min-max batches/s, the ratio of medians to 0 workers and, per batch, the
+   median and min-max batches/s, the ratio to 0 workers (of the medians, and the median
+   of each round's ratio to that round's 0 workers) and, per batch, the
    process's context switches (getrusage), how often the consumer and the workers slept on
    a condition and how often the consumer found its batch delivered on arrival. */
 #define _GNU_SOURCE
@@ -317,7 +318,7 @@ int main(int argc, char** argv) {
     printf("CPU kernel level %d, prefetch %d, %d blocks; same bytes: %s\n",
            om_simd_level(), prefetch, nblocks, same ? "yes" : "NO");
     if (!same) return 1;
-    static double rate[2][MODES][ROUNDS];
+    static double rate[2][MODES][ROUNDS], ratio[2][MODES][ROUNDS];     /* ratio: to the round's 0 workers */
     static long sleeps[2][MODES][4];    /* consumer's, workers', batches ready on arrival, switches */
     for (int round = 0; round < ROUNDS; round++)
         for (int bi = 0; bi < 2; bi++)
@@ -328,21 +329,23 @@ int main(int argc, char** argv) {
                 sleeps[bi][c][1] += ring.worker_sleeps;
                 sleeps[bi][c][2] += ring.arrived;
                 sleeps[bi][c][3] += ring.switches;
+                ratio[bi][c][round] = rate[bi][c][round] / rate[bi][0][round];
             }
     for (int bi = 0; bi < 2; bi++) {
         double n = (double)(steps32 / (batches[bi] / 32)), base = 0;
-        printf("batch %d, %.0f batches a run, %d rounds (batches/s: median, min-max; ratio of medians)\n",
-               batches[bi], n, ROUNDS);
+        printf("batch %d, %.0f batches a run, %d rounds: batches/s median (min-max), ratio to 0 workers\n"
+               "  (of the medians; median of the rounds'), per batch: context switches, consumer's and\n"
+               "  workers' sleeps, share of batches ready on arrival\n", batches[bi], n, ROUNDS);
         for (int c = 0; c < MODES; c++) {
-            double* v = rate[bi][c];
+            double *v = rate[bi][c], *q = ratio[bi][c];
             qsort(v, ROUNDS, sizeof *v, compare_doubles);
+            qsort(q, ROUNDS, sizeof *q, compare_doubles);
             if (c == 0) base = v[ROUNDS / 2];
-            printf("  %-24s %8.0f  %8.0f-%-8.0f %5.2fx", modes[c].name, v[ROUNDS / 2], v[0], v[ROUNDS - 1],
-                   v[ROUNDS / 2] / base);
-            printf("  a batch: %.2f context switches", sleeps[bi][c][3] / (n * ROUNDS));
+            printf("  %-23s %6.0f (%5.0f-%-5.0f) %5.2fx %5.2fx  %5.2f", modes[c].name, v[ROUNDS / 2], v[0],
+                   v[ROUNDS - 1], v[ROUNDS / 2] / base, q[ROUNDS / 2], sleeps[bi][c][3] / (n * ROUNDS));
             if (c > 0)
-                printf(", sleeps: consumer %.3f, workers %.3f; ready on arrival %.2f",
-                       sleeps[bi][c][0] / (n * ROUNDS), sleeps[bi][c][1] / (n * ROUNDS), sleeps[bi][c][2] / (n * ROUNDS));
+                printf(" %6.3f %6.3f %5.2f", sleeps[bi][c][0] / (n * ROUNDS), sleeps[bi][c][1] / (n * ROUNDS),
+                       sleeps[bi][c][2] / (n * ROUNDS));
             printf("\n");
         }
     }
