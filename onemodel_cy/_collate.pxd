@@ -3,7 +3,7 @@ cimport numpy as cnp
 from onemodel_cy._typedefs cimport u64, i64, i32
 from onemodel_cy._augment cimport AugmentKernel
 from onemodel_cy._bufferpool cimport BufferPool, Block
-from onemodel_cy._batch cimport ImageBatch
+from onemodel_cy._batch cimport BatchLayout, ImageBatch
 from onemodel_cy._pacing cimport Pacing
 
 # One slot of a batch: where its pixels and target are, and its int32 columns.
@@ -52,6 +52,8 @@ cdef class ImageBatchCollator:
     cdef object _local                  # per-thread default workspace of direct calls
 
     cdef Workspace claim_workspace(self, Workspace ws)
+    cdef Block plan(self, const SlotJob* jobs, Py_ssize_t n, Py_ssize_t channels, Py_ssize_t height,
+                    BatchLayout* layout, Py_ssize_t* total_width)
 
     cdef ImageBatch assemble(self, Workspace ws, Py_ssize_t n, Py_ssize_t channels, Py_ssize_t height,
                              u64 seed, u64 epoch, u64 step, object epoch_value, object step_value,
@@ -61,6 +63,12 @@ cdef class ImageBatchCollator:
                         bint* baton, object epoch_value, object step_value, object global_step)
     cdef augment_slot(self, Workspace ws, SlotJob* job, Py_ssize_t channels, Py_ssize_t height,
                       u64 seed, u64 epoch, u64 step, Py_ssize_t slot)
+
+
+# A planned batch's columns and images, without the GIL (not for a Python augmentation).
+cdef void fill_batch(const SlotJob* jobs, Py_ssize_t n, char* data, const BatchLayout* layout,
+                     const AugmentKernel* kernel, u64 seed, u64 epoch, u64 step, Py_ssize_t first_slot,
+                     float pad) noexcept nogil
 
 
 # "global step g (epoch e, step s)", or "epoch e, step s" without a global step: the words

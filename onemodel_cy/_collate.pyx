@@ -181,13 +181,22 @@ cdef int fill_slot(Workspace ws, Py_ssize_t j, object item, i64 index, Py_ssize_
 
 # ---------------------------------------------------------------- GIL-free copies
 
-cdef void write_columns(const SlotJob* jobs, Py_ssize_t n, Block block, const BatchLayout* layout) noexcept nogil:
+cdef void fill_batch(const SlotJob* jobs, Py_ssize_t n, char* data, const BatchLayout* layout,
+                     const AugmentKernel* kernel, u64 seed, u64 epoch, u64 step, Py_ssize_t first_slot,
+                     float pad) noexcept nogil:
+    """Everything of a planned batch (``ImageBatchCollator.plan``) but a Python
+    augmentation: its columns, then its images. The packed lane's workers run it."""
+    write_columns(jobs, n, data, layout)
+    copy_images(jobs, n, <float*>data, layout, kernel, seed, epoch, step, first_slot, pad)
+
+
+cdef void write_columns(const SlotJob* jobs, Py_ssize_t n, char* data, const BatchLayout* layout) noexcept nogil:
     """The int32 columns and the concatenated targets (CTC layout)."""
-    cdef i32* widths = <i32*>(block.data + layout.image_bytes)
+    cdef i32* widths = <i32*>(data + layout.image_bytes)
     cdef i32* target_lengths = widths + layout.column_bytes // sizeof(i32)
     cdef i32* labels = target_lengths + layout.column_bytes // sizeof(i32)
     cdef i32* indices = labels + layout.column_bytes // sizeof(i32)
-    cdef i32* targets = <i32*>(block.data + layout.targets_at)
+    cdef i32* targets = <i32*>(data + layout.targets_at)
     cdef Py_ssize_t j, t = 0
     for j in range(n):
         widths[j] = <i32>jobs[j].width
@@ -390,25 +399,15 @@ cdef class ImageBatchCollator:
         Every argument is already converted (the callers convert first, before the slot
         table points anywhere: converting runs user code, ``__index__``)."""
         cdef SlotJob* jobs = ws.jobs
-        cdef Py_ssize_t j, widest = 0, total_width = 0, total_targets = 0
-        for j in range(n):
-            widest = max(widest, jobs[j].width)
-            total_width = checked_add(total_width, jobs[j].width, "the batch's total width")
-            total_targets = checked_add(total_targets, jobs[j].target_length, "the batch's targets")
-        cdef Py_ssize_t m = self.width_multiple
-        cdef Py_ssize_t padded = checked_add(widest, m - 1, "the padded width") // m * m     # D13
-        if padded >= INT32_END or total_targets >= INT32_END:
-            raise ValueError(f"a batch's padded width ({padded}) and target count ({total_targets}) "
-                             f"must fit int32 (§4 columns)")
         cdef BatchLayout layout
-        plan_layout(&layout, n, channels, height, padded, total_targets)
-        cdef Block block = self.pool.rent(layout.nbytes)
+        cdef Py_ssize_t total_width
+        cdef Block block = self.plan(jobs, n, channels, height, &layout, &total_width)
         cdef float* images = <float*>block.data
         cdef Pacing pacing = ws.pacing
         with nogil:
             if pacing is not None:
                 pacing.give_back(baton)
-            write_columns(jobs, n, block, &layout)
+            write_columns(jobs, n, block.data, &layout)
         if self._python_augmentation:
             self.augment_staged(ws, n, channels, height, total_width, seed64, epoch64, step64, first_slot, baton,
                                 epoch_value, step_value, global_step)
@@ -418,6 +417,25 @@ cdef class ImageBatchCollator:
             copy_images(jobs, n, images, &layout, &self._kernel, seed64, epoch64, step64, first_slot,
                         self.pad_value)
         return batch_in_block(block, &layout, epoch_value, step_value, global_step)
+
+    cdef Block plan(self, const SlotJob* jobs, Py_ssize_t n, Py_ssize_t channels, Py_ssize_t height,
+                    BatchLayout* layout, Py_ssize_t* total_width):
+        """The layout of the batch of the ``n`` slots of ``jobs`` (D13's padded width, the
+        int32 columns' room), and the pool block it is built in; ``total_width`` gets the
+        slots' widths added up."""
+        cdef Py_ssize_t j, widest = 0, total_width_sum = 0, total_targets = 0
+        for j in range(n):
+            widest = max(widest, jobs[j].width)
+            total_width_sum = checked_add(total_width_sum, jobs[j].width, "the batch's total width")
+            total_targets = checked_add(total_targets, jobs[j].target_length, "the batch's targets")
+        cdef Py_ssize_t m = self.width_multiple
+        cdef Py_ssize_t padded = checked_add(widest, m - 1, "the padded width") // m * m     # D13
+        if padded >= INT32_END or total_targets >= INT32_END:
+            raise ValueError(f"a batch's padded width ({padded}) and target count ({total_targets}) "
+                             f"must fit int32 (§4 columns)")
+        plan_layout(layout, n, channels, height, padded, total_targets)
+        total_width[0] = total_width_sum
+        return self.pool.rent(layout.nbytes)
 
     cdef augment_staged(self, Workspace ws, Py_ssize_t n, Py_ssize_t channels, Py_ssize_t height,
                         Py_ssize_t total_width, u64 seed, u64 epoch, u64 step, Py_ssize_t first_slot,

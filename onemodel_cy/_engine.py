@@ -353,12 +353,16 @@ def acquire_engine(loader, workers, start, limit):
     return _engine_class(loader)(loader, workers, start, limit, local_first=True), True
 
 
-# -- worker_mode="process": the engine lives in onemodel_cy._procs ----------------------
+# -- the other engines: worker_mode="process" (onemodel_cy._procs), and the packed lane
+# (onemodel_cy._lane), whose threads never take the GIL ---------------------------------
 
 def _engine_class(loader):
     if loader.worker_mode == "process":
         from onemodel_cy._procs import ProcessEngine
         return ProcessEngine
+    from onemodel_cy._lane import LaneEngine, lane_fits
+    if lane_fits(loader):       # every build gathers from a packed view: workers need no GIL
+        return LaneEngine
     return _Engine
 
 

@@ -106,7 +106,8 @@ def assert_no_workers(what="after close"):
 
 def assert_parked(loader, what="after close"):
     """Every live worker thread is one of ``loader``'s parked engine, waiting for a step to
-    claim (inside ``claim``'s condition wait: no build in progress, no CPU used)."""
+    claim (inside ``claim``'s condition wait, or asleep in the packed lane's: no build in
+    progress, no CPU used)."""
     engine = loader._idle_engine
     alive = live_workers()
     if engine is None:
@@ -118,8 +119,11 @@ def assert_parked(loader, what="after close"):
         return      # worker processes wait on their socket: nothing to inspect from here
     deadline = time.monotonic() + STALL
     while True:     # a build started before the park may still be finishing
-        frames = sys._current_frames()
-        busy = [t.name for t in alive if t.ident in frames and not _waits_in_claim(frames[t.ident])]
+        if hasattr(engine, "idle"):     # the packed lane's workers run no Python: the engine knows
+            busy = [] if engine.idle() else [t.name for t in alive]
+        else:
+            frames = sys._current_frames()
+            busy = [t.name for t in alive if t.ident in frames and not _waits_in_claim(frames[t.ident])]
         if not busy:
             return
         assert time.monotonic() < deadline, f"{what}: parked workers still busy after {STALL} s: {busy}"

@@ -1,0 +1,284 @@
+"""§1 with the packed lane: worker threads that never take the GIL give the 0-worker stream.
+
+A loader in thread mode whose dataset has a packed view, with no transform and no Python
+augmentation, runs its workers in the packed lane (``_lane.pyx``): the consumer prepares
+each step (indices, slot table, layout, block) and the workers fill the block. The
+stream must stay the 0-worker stream byte for byte, at every position and after every
+reposition, with the ring's window (§1) and the pool's promise (§5) kept; errors arrive
+at their step as on the other routes. The contract suite (``test_loader_contract.py``)
+runs through the lane too, since its pipelines read ``SyntheticLineImages``.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import onemodel_cy as om
+from onemodel_cy import _packfmt
+from onemodel_cy._engine import _Engine
+from onemodel_cy._lane import LaneEngine
+from harness import assert_no_workers
+from pipeline_parts import PyDataset
+
+
+@pytest.fixture(autouse=True, scope="module")
+def without_fsync():
+    """These tests check bytes, not the disk's durability (fsync dominates)."""
+    _packfmt.FSYNC = False
+    yield
+    _packfmt.FSYNC = True
+
+
+def batch_bits(batch):
+    """Every array of a batch as raw bits (NaN-safe, -0.0 distinct from 0.0)."""
+    return (np.asarray(batch.images).view(np.uint32).tobytes(), np.asarray(batch.widths).tobytes(),
+            np.asarray(batch.targets).tobytes(), np.asarray(batch.target_lengths).tobytes(),
+            np.asarray(batch.labels).tobytes(), np.asarray(batch.indices).tobytes(),
+            batch.epoch, batch.step, batch.global_step)
+
+
+def write_pack(folder, kind, n, seed):
+    rng = np.random.default_rng(seed)
+    items = []
+    for i in range(n):
+        width = int(rng.integers(1, 70))
+        shape = (5, width) if kind == "gray8" else (5, width, 3)
+        items.append((rng.integers(0, 256, shape, dtype=np.uint8), rng.integers(0, 9, int(rng.integers(0, 5))),
+                      i % 7))
+    path = os.path.join(folder, f"{kind}-{n}-{seed}")
+    om.pack(items, path, progress=False)
+    return om.PackedImageDataset(path, 0.5, 0.25)
+
+
+class EveryOtherSampler(om.Sampler):
+    """A Python sampler (the lane asks it for indices like any other)."""
+    batch_size = 6
+    steps_per_epoch = 5
+
+    def __init__(self, n):
+        self.n = n
+
+    def indices(self, epoch, step):
+        return np.array([(epoch * 7 + step * 6 + 2 * i) % self.n for i in range(6)], dtype=np.int64)
+
+
+def sampler_of(name, n, batch):
+    if name == "shuffled":
+        return om.ShuffledSampler(n, batch, 3, drop_last=False)
+    if name == "sequential":
+        return om.SequentialSampler(n, batch)
+    if name == "mixing":
+        return om.MixingSampler([(0, n // 2, 1.0), (n // 2, n - n // 2, 2.0)], batch, 4, 9)
+    return EveryOtherSampler(n)
+
+
+AUGMENTATIONS = {"none": None, "gain_offset": om.GainOffset(0.3, 0.2), "noise": om.GaussianNoise(0.1)}
+
+
+def loader_of(dataset, sampler_name, batch, workers, prefetch, aug, multiple, **kw):
+    return om.DataLoader(dataset, sampler_of(sampler_name, len(dataset), batch),
+                         om.ImageBatchCollator(multiple, -1.0, AUGMENTATIONS[aug]), seed=12,
+                         workers=workers, prefetch=prefetch, **kw)
+
+
+def test_the_lane_serves_only_loaders_whose_every_build_can_take_it(tmp_path):
+    """§1 (engines): packed view, thread mode, no transform, no Python augmentation, the
+    loader's own build: the lane; otherwise the thread engine, with the same stream."""
+    ds = write_pack(str(tmp_path), "gray8", 30, 1)
+    cases = {
+        "lane": (loader_of(ds, "shuffled", 4, 2, 3, "gain_offset", 1), LaneEngine),
+        "transform": (loader_of(ds, "shuffled", 4, 2, 3, "none", 1, transform=lambda s, rng: s), _Engine),
+        "python augmentation": (om.DataLoader(ds, om.ShuffledSampler(30, 4, 3),
+                                              om.ImageBatchCollator(augmentation=lambda image, rng: None),
+                                              seed=12, workers=2), _Engine),
+        "no packed view": (loader_of(PyDataset(ds), "shuffled", 4, 2, 3, "none", 1), _Engine),
+    }
+    replaced = loader_of(ds, "shuffled", 4, 2, 3, "none", 1)
+    build = replaced._build
+    replaced._build = lambda g, workspace: build(g, workspace)
+    cases["replaced _build"] = (replaced, _Engine)
+    for name, (loader, engine_type) in cases.items():
+        reference = om.DataLoader(loader.dataset, loader.sampler, loader.collator, seed=12, workers=0,
+                                  transform=loader.transform)
+        with loader.iter(0, 12) as stream:
+            got = [batch_bits(b) for b in stream]
+            assert type(stream._engine if stream._engine is not None else loader._idle_engine) is engine_type \
+                or type(loader._idle_engine) is engine_type, name
+        assert got == [batch_bits(reference.batch_at(g)) for g in range(12)], name
+        loader.close()
+    assert_no_workers()
+
+
+@settings(max_examples=25, deadline=None)
+@given(kind=st.sampled_from(["gray8", "rgb8", "synthetic", "array"]),
+       sampler=st.sampled_from(["shuffled", "sequential", "mixing", "python"]),
+       batch=st.integers(1, 9), workers=st.integers(1, 3), prefetch=st.integers(1, 5),
+       aug=st.sampled_from(sorted(AUGMENTATIONS)), multiple=st.sampled_from([1, 4, 8]),
+       world=st.sampled_from([(0, 1), (1, 2)]), seed=st.integers(0, 2**31), data=st.data())
+def test_lane_streams_equal_the_zero_worker_stream(kind, sampler, batch, workers, prefetch, aug, multiple,
+                                                   world, seed, data):
+    """§1: the stream is a function of g alone, whatever the workers, the prefetch depth or
+    where each stream starts and stops: streams of a lane at random positions (adopted,
+    repositioned, resumed mid-stream) give ``batch_at`` of a 0-worker loader."""
+    rank, world_size = world
+    if sampler == "python":
+        batch = 6
+    if batch % world_size:
+        batch *= world_size
+    with tempfile.TemporaryDirectory() as folder:
+        if kind in ("gray8", "rgb8"):
+            ds = write_pack(folder, kind, 40, seed)
+        elif kind == "synthetic":
+            ds = om.SyntheticLineImages(40, 4, 1, 30, 1, seed)
+        else:
+            rng = np.random.default_rng(seed)
+            images = [rng.standard_normal((2, 3, int(rng.integers(1, 20)))).astype(np.float32) for _ in range(40)]
+            ds = om.ArrayImageDataset(images, [[i % 5] for i in range(40)], list(range(40)))
+        loader = loader_of(ds, sampler, batch, workers, prefetch, aug, multiple, rank=rank, world_size=world_size)
+        reference = loader_of(ds, sampler, batch, 0, prefetch, aug, multiple, rank=rank, world_size=world_size)
+        for _ in range(data.draw(st.integers(1, 4), "streams")):
+            start = data.draw(st.integers(0, 25), "start")
+            stop = start + data.draw(st.integers(1, 12), "length")
+            with loader.iter(start, stop) as stream:
+                assert type(stream._engine) is LaneEngine
+                taken = data.draw(st.integers(0, stop - start), "taken before a resume")
+                got = [batch_bits(next(stream)) for _ in range(taken)]
+                resume = data.draw(st.integers(start, stop), "resume at")
+                stream.load_state_dict(loader._state(resume))
+                got += [batch_bits(b) for b in stream]
+            expected = [batch_bits(reference.batch_at(g)) for g in range(start, start + taken)]
+            expected += [batch_bits(reference.batch_at(g)) for g in range(resume, stop)]
+            assert got == expected
+        loader.close()
+    assert_no_workers()
+
+
+@pytest.mark.parametrize("workers", [1, 2, 4])
+@pytest.mark.parametrize("prefetch", [1, 2, 5])
+def test_lane_keeps_the_window_and_fills_it(workers, prefetch):
+    """§1 (the ring): the lane posts step g only while g is below the next step to take
+    plus prefetch (one step per slot g mod prefetch), and its workers fill the window
+    while the consumer is busy."""
+    ds = om.SyntheticLineImages(60, 4, 1, 30, 1, 3)
+    loader = loader_of(ds, "shuffled", 3, workers, prefetch, "gain_offset", 1)
+    reference = loader_of(ds, "shuffled", 3, 0, prefetch, "gain_offset", 1)
+    filled = 0
+    with loader.iter(0, 30) as stream:
+        for g in range(30):
+            batch = next(stream)
+            assert batch_bits(batch) == batch_bits(reference.batch_at(g))
+            time.sleep(0.003)       # a slow consumer
+            slots, next_take = stream._engine.ring()
+            assert next_take == g + 1
+            live = [(step, state) for step, state in slots if state != "empty"]
+            for k, (step, state) in enumerate(slots):
+                if state != "empty":
+                    assert step % prefetch == k, f"step {step} in slot {k} (prefetch {prefetch})"
+                    assert next_take <= step < next_take + prefetch, f"step {step} posted at {next_take}"
+            if len(live) == min(prefetch, 30 - next_take) and all(state == "done" for _, state in live):
+                filled += 1
+    assert filled >= 20, f"the workers filled the window after only {filled} of 30 batches"
+    loader.close()
+    assert_no_workers()
+
+
+class BadIndexAt(om.Sampler):
+    """A Python sampler whose step ``bad`` names an index past the dataset."""
+    batch_size = 4
+    steps_per_epoch = 10
+
+    def __init__(self, n, bad):
+        self.n, self.bad = n, bad
+
+    def indices(self, epoch, step):
+        return np.array([self.n + 5 if step == self.bad and i == 2 else (step * 4 + i) % self.n
+                         for i in range(4)], dtype=np.int64)
+
+
+@pytest.mark.parametrize("prefetch", [1, 3, 6])
+def test_lane_error_arrives_at_its_step(prefetch):
+    """§1 (errors): a step whose build fails is delivered, as the exception every route
+    raises, after every step before it; then the stream is over and no worker is left."""
+    ds = om.SyntheticLineImages(20, 4, 1, 30, 1, 3)
+    loader = om.DataLoader(ds, BadIndexAt(20, 5), om.ImageBatchCollator(), seed=1, workers=2, prefetch=prefetch,
+                           persistent_workers=False)
+    with pytest.raises(IndexError) as expected:
+        om.DataLoader(ds, BadIndexAt(20, 5), om.ImageBatchCollator(), seed=1).batch_at(5)
+    stream = loader.iter(0, 10)
+    got = []
+    with pytest.raises(IndexError) as raised:
+        for batch in stream:
+            got.append(batch.global_step)
+    assert got == [0, 1, 2, 3, 4]
+    assert str(raised.value) == str(expected.value)
+    assert getattr(raised.value, "__notes__", None) == getattr(expected.value, "__notes__", None)
+    with pytest.raises(StopIteration):
+        next(stream)
+    assert_no_workers("after the error")
+
+
+def test_lane_repositions_while_filling_without_handing_out_a_reused_block():
+    """§5: streams cut short at random while the workers fill wide batches never hand
+    out a block a held batch still uses, and every block comes back to the pool."""
+    ds = om.SyntheticLineImages(200, 16, 200, 400, 1, 5)
+    loader = loader_of(ds, "shuffled", 32, 2, 4, "noise", 8)
+    reference = loader_of(ds, "shuffled", 32, 0, 4, "noise", 8)
+    rng = np.random.default_rng(0)
+    held = []
+    for _ in range(40):
+        start = int(rng.integers(0, 50))
+        with loader.iter(start) as stream:
+            for g in range(start, start + int(rng.integers(1, 4))):
+                batch = next(stream)
+                held.append((g, batch))
+        held = held[-6:]
+        addresses = [b.images.__array_interface__["data"][0] for _, b in held]
+        assert len(set(addresses)) == len(addresses), "two held batches share a block"
+        for g, batch in held:
+            assert batch_bits(batch) == batch_bits(reference.batch_at(g)), f"held batch of step {g} changed"
+    del held, batch
+    loader.close()
+    assert loader.collator.pool.stats()["blocks_in_use"] == 0
+    assert_no_workers()
+
+
+def test_close_from_another_thread_wakes_a_consumer_waiting_on_the_lane():
+    """§1 (lifetimes): ``loader.close()`` from another thread, while the consumer waits
+    for a step being filled, ends the stream (a batch already built, or StopIteration)
+    and every worker, without a hang."""
+    ds = om.SyntheticLineImages(64, 32, 1500, 2000, 3, 2)      # fills of milliseconds
+    loader = loader_of(ds, "shuffled", 64, 1, 2, "noise", 8)
+    stream = loader.iter()
+    next(stream)
+    closer = threading.Timer(0.001, loader.close)
+    closer.start()
+    start = time.monotonic()
+    with pytest.raises(StopIteration):
+        for _ in range(1000):
+            next(stream)
+    assert time.monotonic() - start < 10
+    closer.join()
+    assert_no_workers()
+
+
+def test_a_block_being_filled_is_never_rented_again():
+    """§5 (memory safety): a stream that stops while the workers are filling its next
+    batches gives those blocks back to the pool only once the fills are done: the next
+    stream, which rents them at once for its own steps, gets exactly its own bytes."""
+    ds = om.SyntheticLineImages(64, 16, 900, 1000, 1, 8)        # batches of 4 MiB: fills of milliseconds
+    loader = loader_of(ds, "shuffled", 64, 2, 3, "none", 8)
+    reference = loader_of(ds, "shuffled", 64, 0, 3, "none", 8)
+    expected = {g: batch_bits(reference.batch_at(g)) for g in range(0, 60, 3)}
+    for start in range(0, 60, 3):
+        with loader.iter(start) as stream:      # the next iter() repositions: the ring is emptied at once
+            batch = next(stream)
+        assert batch_bits(batch) == expected[start], f"step {start} was written by another step's fill"
+        del batch
+    loader.close()
+    assert_no_workers()
