@@ -1,7 +1,8 @@
 """§1 the worker engine: threads, the prefetch ring, and who keeps an engine between streams.
 
-``BatchStream`` (``_stream.py``) drives an engine; the process engine (``_procs.py``) has the
-same interface.
+``BatchStream`` (``_stream.py``) drives an engine; the process engine (``_procs.py``) and
+the packed lane (``_lane.pyx``, thread workers that never take the GIL, for a dataset
+with a packed view) have the same interface.
 
 The loader's threads are created in one place, ``_Engine.__init__``. Workers only decide
 *when* a step is built, never *what* it contains: a batch is a function of the global

@@ -39,10 +39,11 @@ from libc.stdlib cimport calloc, free
 import sys
 import threading
 import time
+import warnings
 import weakref
 
 from onemodel_cy._typedefs cimport u64, i64
-from onemodel_cy._validate cimport as_u64
+from onemodel_cy._validate cimport as_index, as_u64
 from onemodel_cy._batch cimport BatchLayout, ImageBatch, batch_in_block
 from onemodel_cy._bufferpool cimport Block
 from onemodel_cy._bufferpool import PoolWindow
@@ -53,47 +54,7 @@ from onemodel_cy._augment cimport AugmentKernel
 
 cnp.import_array()
 
-cdef extern from *:
-    """
-    #include <pthread.h>
-    #include <sched.h>
-    #include <time.h>
-
-    /* Spin-then-sleep state of one lane (see _lane.pyx). `state` fields are read without
-       the mutex while spinning, so every access is atomic. */
-    static inline int om_load(const int* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
-    static inline void om_store(int* p, int v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
-    static inline long long om_clock_ns(void) {
-        struct timespec t;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        return t.tv_sec * 1000000000LL + t.tv_nsec;
-    }
-    static inline void om_spin_pause(void) {
-    #if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-    #elif defined(__aarch64__)
-        __asm__ __volatile__("yield");
-    #endif
-    }
-    /* A condition on the monotonic clock, so a timed wait does not move with the wall clock. */
-    static int om_cond_init(pthread_cond_t* cond) {
-        pthread_condattr_t attr;
-        int err = pthread_condattr_init(&attr);
-        if (err) return err;
-        err = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-        if (!err) err = pthread_cond_init(cond, &attr);
-        pthread_condattr_destroy(&attr);
-        return err;
-    }
-    /* Wait until `deadline_ns` (monotonic; < 0: no deadline); 0, or ETIMEDOUT. */
-    static int om_cond_wait_until(pthread_cond_t* cond, pthread_mutex_t* mutex, long long deadline_ns) {
-        struct timespec t;
-        if (deadline_ns < 0) return pthread_cond_wait(cond, mutex);
-        t.tv_sec = deadline_ns / 1000000000LL;
-        t.tv_nsec = deadline_ns % 1000000000LL;
-        return pthread_cond_timedwait(cond, mutex, &t);
-    }
-    """
+cdef extern from "lane.h":
     ctypedef struct pthread_mutex_t:
         pass
     ctypedef struct pthread_cond_t:
@@ -142,13 +103,16 @@ cdef struct LaneSlot:
 
 def lane_fits(loader):
     """Whether every build of ``loader`` can take the packed lane: thread mode, a dataset
-    with a packed view, no transform, no Python augmentation, and the loader's own
-    ``_build`` (not one a subclass or the caller replaced: the lane would bypass it)."""
+    whose packed view serves (not a subclass with its own ``get_sample``), no transform,
+    no Python augmentation, and the loader's own ``_build`` (not one a subclass or the
+    caller replaced: the lane would bypass it)."""
     from onemodel_cy.loader import DataLoader
-    collator = loader.collator
+    cdef PackedImages view
+    collator, dataset = loader.collator, loader.dataset
     return (loader.worker_mode == "thread" and loader.transform is None
             and type(loader)._build is DataLoader._build and "_build" not in vars(loader)
-            and isinstance(loader.dataset, PackedSource) and isinstance(collator, ImageBatchCollator)
+            and isinstance(dataset, PackedSource) and (<PackedSource>dataset).packed_view(&view)
+            and isinstance(collator, ImageBatchCollator)
             and not (<ImageBatchCollator>collator)._python_augmentation)
 
 
@@ -360,6 +324,7 @@ cdef class LaneEngine:
     cdef i64 next_take, next_post
     cdef i64 local_claim, failed_at, limit      # -1: none
     cdef bint shut
+    cdef object ended                   # set once shutdown is done
     cdef object __weakref__
 
     def __init__(self, loader, workers, start, limit, local_first=True):
@@ -369,6 +334,7 @@ cdef class LaneEngine:
         self.persistent = loader.persistent_workers
         self.join_timeout = getattr(loader, "join_timeout", _engine.DEFAULT_JOIN_TIMEOUT)
         self.lock = threading.Lock()
+        self.ended = threading.Event()
         self._state = threading.RLock()
         self.dataset, self.sampler, self.collator = loader.dataset, loader.sampler, loader.collator
         self.seed64 = as_u64(loader.seed, "seed")
@@ -388,17 +354,17 @@ cdef class LaneEngine:
         self.threads = [threading.Thread(target=self._run, name=f"onemodel_cy-worker-{k}", daemon=True)
                         for k in range(workers)]
         self.lane.expect(workers)
-        for k, thread in enumerate(self.threads):
-            try:
-                thread.start()
-            except RuntimeError:        # "can't start new thread": count the rest out
-                self.lane.expect(k)
-                self.threads = self.threads[:k]
-                break
         try:
+            for k, thread in enumerate(self.threads):
+                try:
+                    thread.start()
+                except RuntimeError:        # "can't start new thread": count the rest out
+                    self.lane.expect(k)
+                    self.threads = self.threads[:k]
+                    break
             with self._state:
                 self.dispatch()
-        except BaseException:       # (Ctrl-C while preparing) no thread outlives a failed start
+        except BaseException:       # (Ctrl-C while starting) no thread outlives a failed start
             self.shutdown()
             raise
 
@@ -435,12 +401,16 @@ cdef class LaneEngine:
         try:
             if self.post(g, k, ws):
                 return
-        except Exception:
+        except KeyboardInterrupt:       # the consumer's own Ctrl-C, not the step's
+            raise
+        except BaseException:
             pass
         try:
             batch = loader._build(g, ws)
             self.window.fit(batch.nbytes)
-        except Exception as error:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as error:  # delivered at its step, as the thread engine does
             self.errors[g] = error
             if self.failed_at < 0 or g < self.failed_at:
                 self.failed_at = g
@@ -456,7 +426,7 @@ cdef class LaneEngine:
             return False
         epoch, step = divmod(g, self.sampler.steps_per_epoch)
         count = self.sampler.indices_into(epoch, step, ws.indices)
-        cdef Py_ssize_t lo = self.lo, hi = min(self.hi, count)
+        cdef Py_ssize_t lo = self.lo, hi = as_index(min(self.hi, count), "stop")   # as build_batch checks it
         if not 0 <= lo < hi <= ws.indices.shape[0]:
             return False                # the loader's route says what is wrong
         cdef u64 epoch64 = as_u64(epoch, "epoch"), step64 = as_u64(step, "step")
@@ -471,6 +441,7 @@ cdef class LaneEngine:
             (<PackedSource>self.dataset).pixels_read(read)
             block = collator.plan(ws.jobs, hi - lo, shape[0], shape[1], &slot.layout, &total_width)
             batch = batch_in_block(block, &slot.layout, epoch, step, g)
+            self.window.fit((<ImageBatch>batch).nbytes)
         except BaseException:
             ws.let_go(hi - lo, &baton)
             raise
@@ -480,7 +451,6 @@ cdef class LaneEngine:
         slot.pad = collator.pad_value
         slot.seed, slot.epoch, slot.step = self.seed64, epoch64, step64
         self.batches[k], self.steps[k] = batch, g
-        self.window.fit((<ImageBatch>batch).nbytes)
         with nogil:
             self.lane.post(k)
         return True
@@ -627,20 +597,34 @@ cdef class LaneEngine:
         return []
 
     def shutdown(self):
-        """End the workers: wake them, join them (a fill in progress takes microseconds),
-        then close the ring's batches (idempotent)."""
+        """End the workers: wake them, join them (a fill takes microseconds to
+        milliseconds), then close the ring's batches. Idempotent; a second caller waits
+        for the first to finish. A worker still filling after ``join_timeout`` (a pack's
+        pages read from slow storage) gets a ``StuckWorkerWarning``, and the ring's
+        batches stay with the engine, which its thread holds, until the fill ends."""
         with self.lock:
-            if self.shut:
-                return
-            self.shut = True
-        self.signal_close()
+            first, self.shut = not self.shut, True
         if sys.is_finalizing():
+            self.signal_close()
             return          # other threads no longer run: joining them could hang
-        deadline = time.monotonic() + self.join_timeout
-        for thread in self.threads:
-            if thread is not threading.current_thread() and thread.ident is not None:
-                thread.join(max(0.0, deadline - time.monotonic()))
-        with self._state:
-            with nogil:
-                self.lane.empty()
-            self.release_all()
+        if not first:
+            self.ended.wait(self.join_timeout)
+            return
+        try:
+            self.signal_close()
+            deadline = time.monotonic() + self.join_timeout
+            for thread in self.threads:
+                if thread.ident is not None:
+                    thread.join(max(0.0, deadline - time.monotonic()))
+            stuck = [thread.name for thread in self.threads if thread.is_alive()]
+            if stuck:
+                warnings.warn(f"onemodel_cy: {stuck} still filling a batch {self.join_timeout} s after close() "
+                              f"(DataLoader join_timeout); they end when that fill is done",
+                              _engine.StuckWorkerWarning, stacklevel=3)
+                return
+            with self._state:
+                with nogil:
+                    self.lane.empty()
+                self.release_all()
+        finally:
+            self.ended.set()

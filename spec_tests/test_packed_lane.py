@@ -87,6 +87,14 @@ def loader_of(dataset, sampler_name, batch, workers, prefetch, aug, multiple, **
                          workers=workers, prefetch=prefetch, **kw)
 
 
+class OwnGetSample(om.PackedImageDataset):
+    """Its get_sample is what the loader must call: the packed view refuses to serve."""
+
+    def get_sample(self, i):
+        sample = super().get_sample(i)
+        return om.Sample(sample.image * np.float32(2.0), sample.target, sample.label)
+
+
 def test_the_lane_serves_only_loaders_whose_every_build_can_take_it(tmp_path):
     """§1 (engines): packed view, thread mode, no transform, no Python augmentation, the
     loader's own build: the lane; otherwise the thread engine, with the same stream."""
@@ -99,6 +107,8 @@ def test_the_lane_serves_only_loaders_whose_every_build_can_take_it(tmp_path):
                                               seed=12, workers=2), _Engine),
         "no packed view": (loader_of(PyDataset(ds), "shuffled", 4, 2, 3, "none", 1), _Engine),
     }
+    cases["a subclass with its own get_sample"] = (loader_of(OwnGetSample(ds.path, 0.5, 0.25), "shuffled", 4, 2, 3,
+                                                             "none", 1), _Engine)
     replaced = loader_of(ds, "shuffled", 4, 2, 3, "none", 1)
     build = replaced._build
     replaced._build = lambda g, workspace: build(g, workspace)
@@ -177,10 +187,8 @@ def test_lane_keeps_the_window_and_fills_it(workers, prefetch):
             slots, next_take = stream._engine.ring()
             assert next_take == g + 1
             live = [(step, state) for step, state in slots if state != "empty"]
-            for k, (step, state) in enumerate(slots):
-                if state != "empty":
-                    assert step % prefetch == k, f"step {step} in slot {k} (prefetch {prefetch})"
-                    assert next_take <= step < next_take + prefetch, f"step {step} posted at {next_take}"
+            for step, state in live:
+                assert next_take <= step < next_take + prefetch, f"step {step} posted at {next_take}"
             if len(live) == min(prefetch, 30 - next_take) and all(state == "done" for _, state in live):
                 filled += 1
     assert filled >= 20, f"the workers filled the window after only {filled} of 30 batches"
@@ -188,39 +196,87 @@ def test_lane_keeps_the_window_and_fills_it(workers, prefetch):
     assert_no_workers()
 
 
-class BadIndexAt(om.Sampler):
-    """A Python sampler whose step ``bad`` names an index past the dataset."""
+class Boom(BaseException):
+    """Not an Exception: the thread engine delivers it at its step all the same."""
+
+
+class FailsAt(om.Sampler):
+    """A Python sampler whose step ``bad`` fails in the way ``how`` names."""
     batch_size = 4
     steps_per_epoch = 10
 
-    def __init__(self, n, bad):
-        self.n, self.bad = n, bad
+    def __init__(self, n, bad, how):
+        self.n, self.bad, self.how = n, bad, how
 
     def indices(self, epoch, step):
-        return np.array([self.n + 5 if step == self.bad and i == 2 else (step * 4 + i) % self.n
-                         for i in range(4)], dtype=np.int64)
+        if step == self.bad and self.how == "raises":
+            raise Boom(f"step {step}")
+        return np.array([self.n + 5 if step == self.bad and self.how == "index" and i == 2
+                         else (step * 4 + i) % self.n for i in range(4)], dtype=np.int64)
+
+    def indices_into(self, epoch, step, out):
+        count = super().indices_into(epoch, step, out)
+        return True if step == self.bad and self.how == "bool count" else count
 
 
-@pytest.mark.parametrize("prefetch", [1, 3, 6])
-def test_lane_error_arrives_at_its_step(prefetch):
-    """§1 (errors): a step whose build fails is delivered, as the exception every route
-    raises, after every step before it; then the stream is over and no worker is left."""
-    ds = om.SyntheticLineImages(20, 4, 1, 30, 1, 3)
-    loader = om.DataLoader(ds, BadIndexAt(20, 5), om.ImageBatchCollator(), seed=1, workers=2, prefetch=prefetch,
-                           persistent_workers=False)
-    with pytest.raises(IndexError) as expected:
-        om.DataLoader(ds, BadIndexAt(20, 5), om.ImageBatchCollator(), seed=1).batch_at(5)
-    stream = loader.iter(0, 10)
-    got = []
-    with pytest.raises(IndexError) as raised:
+def first_error(stream):
+    """The steps a stream gives before its error, and the error."""
+    steps = []
+    try:
         for batch in stream:
-            got.append(batch.global_step)
-    assert got == [0, 1, 2, 3, 4]
-    assert str(raised.value) == str(expected.value)
-    assert getattr(raised.value, "__notes__", None) == getattr(expected.value, "__notes__", None)
+            steps.append(batch.global_step)
+    except BaseException as error:
+        return steps, error
+    return steps, None
+
+
+@pytest.mark.parametrize("how", ["index", "raises", "bool count"])
+@pytest.mark.parametrize("prefetch", [1, 3, 6])
+def test_lane_error_arrives_at_its_step(how, prefetch):
+    """§1 (errors): a step whose build fails is delivered, as the exception the 0-worker
+    route raises (type, message, notes), after every step before it; then the stream is
+    over and no worker is left."""
+    ds = om.SyntheticLineImages(20, 4, 1, 30, 1, 3)
+    loader = om.DataLoader(ds, FailsAt(20, 5, how), om.ImageBatchCollator(), seed=1, workers=2, prefetch=prefetch,
+                           persistent_workers=False)
+    reference = om.DataLoader(ds, FailsAt(20, 5, how), om.ImageBatchCollator(), seed=1)
+    expected_steps, expected = first_error(reference.iter(0, 10))
+    stream = loader.iter(0, 10)
+    steps, error = first_error(stream)
+    assert expected_steps == steps == [0, 1, 2, 3, 4]
+    assert type(error) is type(expected) and str(error) == str(expected)
+    assert getattr(error, "__notes__", None) == getattr(expected, "__notes__", None)
     with pytest.raises(StopIteration):
         next(stream)
     assert_no_workers("after the error")
+
+
+def test_a_pending_error_waits_for_its_step_across_streams():
+    """§1 (errors, resume): a step that failed while prefetched is raised when a later
+    stream reaches it, and a stream elsewhere does not see it."""
+    ds = om.SyntheticLineImages(20, 4, 1, 30, 1, 3)
+    loader = om.DataLoader(ds, FailsAt(20, 5, "index"), om.ImageBatchCollator(), seed=1, workers=2, prefetch=4)
+    with loader.iter(0, 5) as stream:
+        assert [b.global_step for b in stream] == [0, 1, 2, 3, 4]
+    with pytest.raises(IndexError):
+        next(loader.iter(5, 10))
+    with loader.iter(0, 3) as stream:
+        assert [b.global_step for b in stream] == [0, 1, 2]
+    loader.close()
+    assert_no_workers()
+
+
+def test_lane_timeout():
+    """§1 (DataLoader timeout): a step not filled within ``timeout`` seconds raises
+    TimeoutError naming the step."""
+    ds = om.SyntheticLineImages(64, 32, 1500, 2000, 3, 2)      # fills of milliseconds
+    # prefetch 1: step 1 is posted only when the consumer asks for it
+    loader = loader_of(ds, "sequential", 64, 1, 1, "noise", 8, timeout=1e-5, persistent_workers=False)
+    with loader.iter(0, 4) as stream:
+        next(stream)                # built by the consumer while the worker starts
+        with pytest.raises(TimeoutError, match="no batch for step 1 after 1e-05 s"):
+            next(stream)
+    assert_no_workers()
 
 
 def test_lane_repositions_while_filling_without_handing_out_a_reused_block():
