@@ -190,7 +190,8 @@ cdef void fill_batch(const SlotJob* jobs, Py_ssize_t n, char* data, const BatchL
     copy_images(jobs, n, <float*>data, layout, kernel, seed, epoch, step, first_slot, pad)
 
 
-cdef inline void write_columns(const SlotJob* jobs, Py_ssize_t n, char* data, const BatchLayout* layout) noexcept nogil:
+cdef inline void write_columns(const SlotJob* jobs, Py_ssize_t n, char* data,
+                               const BatchLayout* layout) noexcept nogil:
     """The int32 columns and the concatenated targets (CTC layout)."""
     cdef i32* widths = <i32*>(data + layout.image_bytes)
     cdef i32* target_lengths = widths + layout.column_bytes // sizeof(i32)
@@ -208,8 +209,8 @@ cdef inline void write_columns(const SlotJob* jobs, Py_ssize_t n, char* data, co
 
 
 cdef inline void copy_images(const SlotJob* jobs, Py_ssize_t n, float* images, const BatchLayout* layout,
-                      const AugmentKernel* kernel, u64 seed, u64 epoch, u64 step, Py_ssize_t first_slot,
-                      float pad) noexcept nogil:
+                             const AugmentKernel* kernel, u64 seed, u64 epoch, u64 step, Py_ssize_t first_slot,
+                             float pad) noexcept nogil:
     """Every slot's image into its padded block, through ``kernel`` when it has one."""
     cdef Py_ssize_t j, r, rows = layout.channels * layout.height, padded = layout.padded
     cdef Py_ssize_t slot_floats = rows * padded
