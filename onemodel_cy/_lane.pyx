@@ -72,7 +72,7 @@ cdef extern from "lane.h":
     int atomic_load "om_load"(const int* p) nogil
     void atomic_store "om_store"(int* p, int v) nogil
     long long clock_ns "om_clock_ns"() nogil
-    void spin_pause "om_spin_pause"() nogil
+    void spin_pause "om_pause"() nogil
     int sched_yield() nogil
 
 # How long a waiting thread spins before it sleeps: longer than a batch of 32 line
@@ -496,7 +496,8 @@ cdef class LaneEngine:
         return batch
 
     cdef object hand_out(self, Py_ssize_t k):
-        """(Under _state; slot k done.) Its batch; the slot and its workspace are free again."""
+        """(Under _state; slot k done, or emptied.) Its batch (or None); the slot and its
+        workspace are free again."""
         cdef bint baton = False
         batch, self.batches[k], self.steps[k] = self.batches[k], None, -1
         (<Workspace>self.workspaces[k]).let_go(self.lane.slots[k].n, &baton)
@@ -578,13 +579,10 @@ cdef class LaneEngine:
     cdef release_all(self):
         """(Under _state; no slot being filled.) Close every batch the ring holds."""
         cdef Py_ssize_t k
-        cdef bint baton = False
         for k in range(self.prefetch):
-            batch, self.batches[k], self.steps[k] = self.batches[k], None, -1
+            batch = self.hand_out(k)
             if batch is not None:
                 batch.close()
-            (<Workspace>self.workspaces[k]).let_go(self.lane.slots[k].n, &baton)
-            self.lane.release(k)
         self.errors.clear()
 
     def signal_close(self):

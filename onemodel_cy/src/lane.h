@@ -1,29 +1,14 @@
 /* The packed lane's waiting (onemodel_cy/_lane.pyx): atomics for the fields a thread reads
-   while it spins, the monotonic clock, a pause, and conditions whose timed waits run on
-   the monotonic clock (so they do not move with the wall clock). */
+   while it spins, and conditions whose timed waits run on the monotonic clock (so they
+   do not move with the wall clock). The clock and the pause are pacing.h's. */
 #ifndef ONEMODEL_CY_LANE_H
 #define ONEMODEL_CY_LANE_H
 #include <errno.h>
 #include <pthread.h>
-#include <sched.h>
-#include <time.h>
+#include "pacing.h"
 
 static inline int om_load(const int* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 static inline void om_store(int* p, int v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
-
-static inline long long om_clock_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1000000000LL + t.tv_nsec;
-}
-
-static inline void om_spin_pause(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
 
 static int om_cond_init(pthread_cond_t* cond) {
 #if defined(__APPLE__)      /* no pthread_condattr_setclock: waits are relative (below) */

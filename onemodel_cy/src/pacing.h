@@ -36,22 +36,28 @@ static inline void om_pause(void) {
 #endif
 }
 
+/* The monotonic clock in nanoseconds (spin limits here and in lane.h). */
+static inline long long om_clock_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
 /* 1 once the baton is taken, 0 when max_ns ran out first (or max_ns < 0: no waiting).
    Spins, yielding the CPU every few microseconds to any other runnable thread. */
 static int om_baton_take(int* baton, long long max_ns) {
 #if OM_BATON
-    struct timespec start, now;
+    long long start;
     int k;
     if (om_baton_try(baton)) return 1;
     if (max_ns <= 0) return 0;
-    clock_gettime(CLOCK_MONOTONIC, &start);
+    start = om_clock_ns();
     for (;;) {
         for (k = 0; k < 256; k++) {
             if (!om_baton_held(baton) && om_baton_try(baton)) return 1;
             om_pause();
         }
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        if ((now.tv_sec - start.tv_sec) * 1000000000LL + (now.tv_nsec - start.tv_nsec) > max_ns) return 0;
+        if (om_clock_ns() - start > max_ns) return 0;
         sched_yield();
     }
 #else
