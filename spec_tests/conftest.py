@@ -49,3 +49,13 @@ def ref():
     """The pure-Python oracle ``spec_tests/reference.py``."""
     import reference
     return reference
+
+
+@pytest.fixture(scope="module")
+def without_fsync():
+    """For tests that write packs: they check the bytes written, not the disk's durability
+    (fsync dominates their time). Modules use it through ``pytest.mark.usefixtures``."""
+    from onemodel_cy import _packfmt
+    _packfmt.FSYNC = False
+    yield
+    _packfmt.FSYNC = True

@@ -420,6 +420,13 @@ def _failing_case(kind, pipe, g, slot, delay, workers, prefetch, mode="thread"):
     return loader, IndexError, lambda error: None, short_length // pipe.batch_size
 
 
+def batch_bits(batch):
+    """Every array of a batch as raw bits (NaN-safe, -0.0 distinct from 0.0)."""
+    return (np.asarray(batch.images).view(np.uint32).tobytes(), np.asarray(batch.widths).tobytes(),
+            np.asarray(batch.targets).tobytes(), np.asarray(batch.target_lengths).tobytes(),
+            np.asarray(batch.labels).tobytes(), np.asarray(batch.indices).tobytes())
+
+
 class RingProbe:
     """Records, when each build starts, where the consumer is; flags window and slot violations.
 

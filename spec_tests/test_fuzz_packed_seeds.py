@@ -21,12 +21,7 @@ from onemodel_cy import _packfmt
 from onemodel_cy._packfmt import PackError
 
 
-@pytest.fixture(autouse=True, scope="module")
-def without_fsync():
-    """These tests check the bytes written, not the disk's durability (fsync dominates)."""
-    _packfmt.FSYNC = False
-    yield
-    _packfmt.FSYNC = True
+pytestmark = pytest.mark.usefixtures("without_fsync")     # conftest.py
 
 
 def write_pack(folder, kind="gray8"):

@@ -23,12 +23,7 @@ from onemodel_cy._packfmt import PackError
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def without_fsync():
-    """These tests check the bytes written, not the disk's durability (fsync dominates)."""
-    _packfmt.FSYNC = False
-    yield
-    _packfmt.FSYNC = True
+pytestmark = pytest.mark.usefixtures("without_fsync")     # conftest.py
 
 
 def gray_items(n=6, height=5, seed=0):

@@ -10,19 +10,13 @@ import numpy as np
 import pytest
 
 import onemodel_cy as om
-from onemodel_cy import _packfmt
 from onemodel_cy._packfmt import PackError
 from onemodel_cy.cli import main
 
 Image = pytest.importorskip("PIL.Image")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def without_fsync():
-    """These tests check the bytes written, not the disk's durability (fsync dominates)."""
-    _packfmt.FSYNC = False
-    yield
-    _packfmt.FSYNC = True
+pytestmark = pytest.mark.usefixtures("without_fsync")     # conftest.py
 
 
 @pytest.fixture

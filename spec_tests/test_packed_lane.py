@@ -20,27 +20,18 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import onemodel_cy as om
-from onemodel_cy import _packfmt
 from onemodel_cy._engine import _Engine
 from onemodel_cy._lane import LaneEngine
-from harness import assert_no_workers
+from harness import assert_no_workers, batch_bits
 from pipeline_parts import PyDataset
 
 
-@pytest.fixture(autouse=True, scope="module")
-def without_fsync():
-    """These tests check bytes, not the disk's durability (fsync dominates)."""
-    _packfmt.FSYNC = False
-    yield
-    _packfmt.FSYNC = True
+pytestmark = pytest.mark.usefixtures("without_fsync")     # conftest.py
 
 
-def batch_bits(batch):
-    """Every array of a batch as raw bits (NaN-safe, -0.0 distinct from 0.0)."""
-    return (np.asarray(batch.images).view(np.uint32).tobytes(), np.asarray(batch.widths).tobytes(),
-            np.asarray(batch.targets).tobytes(), np.asarray(batch.target_lengths).tobytes(),
-            np.asarray(batch.labels).tobytes(), np.asarray(batch.indices).tobytes(),
-            batch.epoch, batch.step, batch.global_step)
+def stream_bits(batch):
+    """A batch's raw bits and the step it says it is."""
+    return batch_bits(batch) + (batch.epoch, batch.step, batch.global_step)
 
 
 def write_pack(folder, kind, n, seed):
@@ -117,10 +108,10 @@ def test_the_lane_serves_only_loaders_whose_every_build_can_take_it(tmp_path):
         reference = om.DataLoader(loader.dataset, loader.sampler, loader.collator, seed=12, workers=0,
                                   transform=loader.transform)
         with loader.iter(0, 12) as stream:
-            got = [batch_bits(b) for b in stream]
+            got = [stream_bits(b) for b in stream]
             assert type(stream._engine if stream._engine is not None else loader._idle_engine) is engine_type \
                 or type(loader._idle_engine) is engine_type, name
-        assert got == [batch_bits(reference.batch_at(g)) for g in range(12)], name
+        assert got == [stream_bits(reference.batch_at(g)) for g in range(12)], name
         loader.close()
     assert_no_workers()
 
@@ -158,12 +149,12 @@ def test_lane_streams_equal_the_zero_worker_stream(kind, sampler, batch, workers
             with loader.iter(start, stop) as stream:
                 assert type(stream._engine) is LaneEngine
                 taken = data.draw(st.integers(0, stop - start), "taken before a resume")
-                got = [batch_bits(next(stream)) for _ in range(taken)]
+                got = [stream_bits(next(stream)) for _ in range(taken)]
                 resume = data.draw(st.integers(start, stop), "resume at")
                 stream.load_state_dict(loader._state(resume))
-                got += [batch_bits(b) for b in stream]
-            expected = [batch_bits(reference.batch_at(g)) for g in range(start, start + taken)]
-            expected += [batch_bits(reference.batch_at(g)) for g in range(resume, stop)]
+                got += [stream_bits(b) for b in stream]
+            expected = [stream_bits(reference.batch_at(g)) for g in range(start, start + taken)]
+            expected += [stream_bits(reference.batch_at(g)) for g in range(resume, stop)]
             assert got == expected
         loader.close()
     assert_no_workers()
@@ -182,7 +173,7 @@ def test_lane_keeps_the_window_and_fills_it(workers, prefetch):
     with loader.iter(0, 30) as stream:
         for g in range(30):
             batch = next(stream)
-            assert batch_bits(batch) == batch_bits(reference.batch_at(g))
+            assert stream_bits(batch) == stream_bits(reference.batch_at(g))
             time.sleep(0.003)       # a slow consumer
             slots, next_take = stream._engine.ring()
             assert next_take == g + 1
@@ -297,7 +288,7 @@ def test_lane_repositions_while_filling_without_handing_out_a_reused_block():
         addresses = [b.images.__array_interface__["data"][0] for _, b in held]
         assert len(set(addresses)) == len(addresses), "two held batches share a block"
         for g, batch in held:
-            assert batch_bits(batch) == batch_bits(reference.batch_at(g)), f"held batch of step {g} changed"
+            assert stream_bits(batch) == stream_bits(reference.batch_at(g)), f"held batch of step {g} changed"
     del held, batch
     loader.close()
     assert loader.collator.pool.stats()["blocks_in_use"] == 0
@@ -330,11 +321,11 @@ def test_a_block_being_filled_is_never_rented_again():
     ds = om.SyntheticLineImages(64, 16, 900, 1000, 1, 8)        # batches of 4 MiB: fills of milliseconds
     loader = loader_of(ds, "shuffled", 64, 2, 3, "none", 8)
     reference = loader_of(ds, "shuffled", 64, 0, 3, "none", 8)
-    expected = {g: batch_bits(reference.batch_at(g)) for g in range(0, 60, 3)}
+    expected = {g: stream_bits(reference.batch_at(g)) for g in range(0, 60, 3)}
     for start in range(0, 60, 3):
         with loader.iter(start) as stream:      # the next iter() repositions: the ring is emptied at once
             batch = next(stream)
-        assert batch_bits(batch) == expected[start], f"step {start} was written by another step's fill"
+        assert stream_bits(batch) == expected[start], f"step {start} was written by another step's fill"
         del batch
     loader.close()
     assert_no_workers()

@@ -17,18 +17,13 @@ import pytest
 from hypothesis import given, strategies as st
 
 import onemodel_cy as om
-from onemodel_cy import _packfmt
 from onemodel_cy._collate import simd_kernels
 from onemodel_cy._fetch import build_batch
+from harness import batch_bits
 from pipeline_parts import PyDataset   # no packed view: the loader must call get_sample
 
 
-@pytest.fixture(autouse=True, scope="module")
-def without_fsync():
-    """These tests check the bytes written, not the disk's durability (fsync dominates)."""
-    _packfmt.FSYNC = False
-    yield
-    _packfmt.FSYNC = True
+pytestmark = pytest.mark.usefixtures("without_fsync")     # conftest.py
 
 # Every gray 8-bit kernel this CPU runs (src/row.h: 0 the portable loop, 1 AVX2, 2
 # AVX-512), so that each is compared with the samples route (which uses the portable loop).
@@ -46,13 +41,6 @@ def kernel_cap(level):
 
 MEANS = [0.0, 0.5, 0.1234567, 1e-3, 200.0, -3.25]
 STDS = [1.0, 0.25, 0.3081, 1e-4, 7.0, -0.5]
-
-
-def batch_bits(batch):
-    """Every array of a batch as raw bits (NaN-safe, -0.0 distinct from 0.0)."""
-    return (np.asarray(batch.images).view(np.uint32).tobytes(), np.asarray(batch.widths).tobytes(),
-            np.asarray(batch.targets).tobytes(), np.asarray(batch.target_lengths).tobytes(),
-            np.asarray(batch.labels).tobytes(), np.asarray(batch.indices).tobytes())
 
 
 def scale_by_draw(image, rng):
