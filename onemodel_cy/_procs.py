@@ -5,7 +5,8 @@ threads take turns instead of working together; worker processes each have their
 
 What is sent: the pipeline (dataset, sampler, collator settings, transform, seed, rank),
 pickled once per stream engine and given to each worker when it starts; afterwards
-only small messages travel (``_procworker`` describes them). Processes are started with
+only small messages travel (``_procworker`` describes them), and the steps to build are
+posted on a shared task board (``_taskboard``). Processes are started with
 ``forkserver`` where the platform has it, else ``spawn``: never a bare ``fork`` of a
 parent that may run threads.
 
@@ -18,8 +19,9 @@ memory on either side.
 
 Order and bytes: workers only decide *when* a step is built; the step is built by the
 loader's own ``_build`` in the worker, so the stream is byte-identical to threads and to
-0 workers. The consumer dispatches steps in order, at most ``prefetch`` ahead of the one
-it takes next, to the worker with the fewest steps queued.
+0 workers. The consumer posts steps in order, at most ``prefetch`` ahead of the one it
+takes next, and a free worker takes the lowest posted step (as thread workers claim
+theirs), so a worker slowed down holds one step of the window, not its share.
 
 Failures: an exception in a worker is delivered at its step (its type when it pickles,
 always with its message and traceback text); a worker that dies is reported at the
@@ -45,6 +47,7 @@ import weakref
 
 from onemodel_cy import _procworker
 from onemodel_cy._shmring import Segment, ShmRing
+from onemodel_cy._taskboard import TaskBoard, board_bytes
 from onemodel_cy._validate import note_exception
 
 __all__ = ["ProcessEngine", "pickled_pipeline"]
@@ -87,9 +90,10 @@ def pickled_pipeline(loader) -> bytes:
 
 
 class _Worker:
-    """One worker process and the consumer's end of its socket."""
+    """One worker process (number ``k`` on the task board) and the consumer's end of its socket."""
 
     def __init__(self, ctx, payload, k):
+        self.k = k
         self.conn, child = ctx.Pipe(duplex=True)
         self.process = ctx.Process(target=_procworker.main, args=(child, payload),
                                    name=f"onemodel_cy-worker-process-{k}", daemon=True)
@@ -97,15 +101,14 @@ class _Worker:
         child.close()
         self.sock = socket.fromfd(self.conn.fileno(), socket.AF_UNIX, socket.SOCK_STREAM)
         self.inbox = _Inbox(self.sock)
-        self.queued = []        # task ids sent and not yet answered, in order
         self.known = {}         # slot -> segment version this worker has mapped
         self.alive = True
         self.ready = False
 
-    def send(self, message, fd=None):
+    def send(self, message, *fds):
         self.conn.send(message)
-        if fd is not None:
-            socket.send_fds(self.sock, [b"F"], [fd])
+        if fds:
+            socket.send_fds(self.sock, [b"F"], list(fds))
 
     def exit_code(self):
         self.process.join(0.5)
@@ -215,7 +218,13 @@ class ProcessEngine:
         self.ring = ShmRing()
         self.versions = []                       # slot -> segment version (0: no segment yet)
         self.largest = 0                         # the largest batch seen, bytes
-        self.tasks = {}                          # task id -> (g, slot, worker)
+        # Entries in use: the window's steps, plus at most one stale step per worker (a
+        # step of an earlier position that a worker had claimed; posted ones are revoked).
+        self.board = TaskBoard.create(self.prefetch + workers)
+        self._doorbell_r, self._doorbell_w = os.pipe()
+        for end in (self._doorbell_r, self._doorbell_w):
+            os.set_blocking(end, False)          # neither side ever waits on the pipe itself
+        self.tasks = {}                          # task id -> (g, slot, board entry)
         self.results = {}                        # g -> ("batch", slot, dims) | ("error", exception)
         self.dispatched = {}                     # g -> task id, steps sent and not yet answered
         self._task_ids = 0
@@ -223,8 +232,16 @@ class ProcessEngine:
         self.next_take = start
         self.next_send = start + 1 if local_first else start
         self.local_claim = start if local_first else None  # the step the consumer builds itself
+        self.fatal = None                        # the error of a worker that could not start
         ctx = _context()
-        self.pool = [_Worker(ctx, payload, k) for k in range(workers)]
+        self.pool = []
+        for k in range(workers):
+            worker = _Worker(ctx, payload, k)
+            self.pool.append(worker)
+            try:
+                worker.send(("board", k, board_bytes(self.board.entries)), self.board.fd, self._doorbell_r)
+            except OSError:
+                pass                             # it died at once: its exit is reported by _wait
         self.threads = [w.process for w in self.pool]      # BatchStream's repr counts them
         self._watch()
         from onemodel_cy._engine import _live_engines
@@ -264,30 +281,40 @@ class ProcessEngine:
         return self.ring.new_slot()
 
     def _dispatch(self):
-        """Send every step of the window not yet sent to a live worker, while slots are free."""
-        live = [w for w in self.pool if w.alive]
-        while live and self.next_send < self._window_end():
+        """Post every step of the window not yet posted, each in a free slot; every live
+        worker has the slot's segment mapped before the step is posted (any may take it).
+        Sleeping workers get one doorbell byte per post."""
+        wake = 0
+        while self.next_send < self._window_end():
+            if not self._map_everywhere(slot := self._free_slot()):
+                self.ring.release(slot)
+                break
             g = self.next_send
-            slot = self._free_slot()
-            worker = min(live, key=lambda w: len(w.queued))
             self._task_ids += 1
             task = self._task_ids
-            version = self.versions[slot]
-            try:
-                if version and worker.known.get(slot) != version:
-                    segment = self.ring.segment(slot)
-                    worker.send(("map", slot, version, segment.size), segment.fd)
-                    worker.known[slot] = version
-                worker.send(("build", task, g, slot, version, self.largest))
-            except OSError:
-                self.ring.release(slot)
-                self._worker_died(worker)
-                live = [w for w in self.pool if w.alive]
-                continue
-            worker.queued.append(task)
-            self.tasks[task] = (g, slot, worker)
+            entry, sleeping = self.board.post(task, g, slot, self.versions[slot], self.largest)
+            self.tasks[task] = (g, slot, entry)
             self.dispatched[g] = task
             self.next_send = g + 1
+            wake += sleeping
+        if wake:
+            try:
+                os.write(self._doorbell_w, b"x" * min(wake, len(self.pool)))
+            except BlockingIOError:
+                pass        # the pipe is full of bytes not yet read: every sleeper wakes anyway
+
+    def _map_everywhere(self, slot):
+        """Send ``slot``'s segment to every live worker without it; False when none lives."""
+        version = self.versions[slot]
+        for worker in self.pool:
+            if worker.alive and version and worker.known.get(slot) != version:
+                segment = self.ring.segment(slot)
+                try:
+                    worker.send(("map", slot, version, segment.size), segment.fd)
+                    worker.known[slot] = version
+                except OSError:
+                    self._worker_died(worker)
+        return any(w.alive for w in self.pool)
 
     # -- receiving -----------------------------------------------------------------------
 
@@ -309,13 +336,21 @@ class ProcessEngine:
         if kind == "ready":
             worker.ready = True
             return
-        if kind == "fatal":
+        if kind == "fatal":         # it could not rebuild the pipeline: the stream stops at its next step
             self._retire(worker)
-            self._fail_queued(worker, lambda g: _remote_error(worker, g, message[1]))
+            self.fatal = lambda g: _remote_error(worker, g, message[1])
+            if self.dispatched:
+                g = min(self.dispatched)
+                self._withdraw(self.dispatched.pop(g))
+                self._set_result(g, ("error", self.fatal(g)))
             return
         task = message[1]
-        worker.queued.remove(task)
-        g, slot, _ = self.tasks.pop(task)
+        if task not in self.tasks:
+            if fd is not None:
+                os.close(fd)
+            raise OSError(f"a worker answered task {task}, which it was not given")
+        g, slot, entry = self.tasks.pop(task)
+        self.board.free(entry)
         if kind == "grown":
             segment = Segment(fd, message[3])
             self.versions[slot] += 1
@@ -359,13 +394,25 @@ class ProcessEngine:
         self._fail_queued(worker, died)
 
     def _fail_queued(self, worker, make_error):
-        for task in worker.queued:
-            g, slot, _ = self.tasks.pop(task)
-            self.ring.release(slot)     # a dead worker's slot: it writes nothing more
-            if self.dispatched.get(g) == task:
-                del self.dispatched[g]
-                self._set_result(g, ("error", make_error(g)))
-        worker.queued = []
+        """The steps ``worker`` had taken from the board fail (it builds nothing more)."""
+        for task, (g, slot, entry) in list(self.tasks.items()):
+            if self.board.claimant(entry) == worker.k:
+                self._forget(task)      # a dead worker's slot: it writes nothing more
+                if self.dispatched.get(g) == task:
+                    del self.dispatched[g]
+                    self._set_result(g, ("error", make_error(g)))
+
+    def _forget(self, task):
+        """Drop a task whose answer will not come: its entry and slot are free."""
+        g, slot, entry = self.tasks.pop(task)
+        self.board.free(entry)
+        self.ring.release(slot)
+
+    def _withdraw(self, task):
+        """A task whose answer no longer counts: taken back when no worker has claimed it,
+        else left to arrive (and be discarded, as a step no longer dispatched)."""
+        if self.board.revoke(self.tasks[task][2]):
+            self._forget(task)
 
     def _wait(self, deadline):
         """Wait for messages (or deaths) of the workers, and handle them; False on timeout.
@@ -410,9 +457,10 @@ class ProcessEngine:
                 if self.closed:
                     raise StopIteration
                 self._dispatch()
-                if g not in self.dispatched and g not in self.results:
-                    if not any(w.alive for w in self.pool):
-                        raise RuntimeError(f"every worker process ended before building global step {g}")
+                if g not in self.results and not any(w.alive for w in self.pool):
+                    if self.fatal is not None:
+                        raise self.fatal(g)
+                    raise RuntimeError(f"every worker process ended before building global step {g}")
                 if not self._wait(deadline):
                     raise TimeoutError(f"no batch for step {g} after {timeout} s (DataLoader timeout)")
             result = self.results.pop(g)
@@ -478,10 +526,20 @@ class ProcessEngine:
             if result[0] == "batch":
                 self.ring.release(result[1])
         self.results.clear()
+        for task in self.dispatched.values():
+            self._withdraw(task)
         self.dispatched.clear()
         self.next_take = self.next_send = start
         self.local_claim = None
         self.failed_at = None
+
+    def idle(self):
+        """Every live worker asleep on the board, none holding a step (the harness's check
+        that parked workers use no CPU)."""
+        with self._state:
+            live = sum(w.alive for w in self.pool)
+            held = any(self.board.claimant(entry) >= 0 for _, _, entry in self.tasks.values())
+            return self.board.sleepers == live and not held
 
     def signal_close(self):
         """Interpreter exit: end the workers now."""
@@ -499,6 +557,7 @@ class ProcessEngine:
         except OSError:
             pass
         with self._state:
+            self.board.stop()                    # a busy worker takes nothing more
             for worker in self.pool:
                 try:
                     worker.conn.send(None)
@@ -516,8 +575,9 @@ class ProcessEngine:
                     worker.process.join(_KILL_WAIT)
                 worker.close()
             self.ring.close_fds()       # mappings stay for the batches the user still holds
+            self.board.close_fd()
             self.results.clear()
-            for end in (self._wake_r, self._wake_w):
+            for end in (self._wake_r, self._wake_w, self._doorbell_r, self._doorbell_w):
                 os.close(end)
 
     def __del__(self):

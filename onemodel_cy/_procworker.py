@@ -1,28 +1,33 @@
 """The body of one worker process (``worker_mode="process"``, §1).
 
 A worker receives the pipeline once (pickled: dataset, sampler, collator settings,
-transform, seed, rank), rebuilds a 0-worker :class:`DataLoader` of it, and then serves
-the consumer's messages in order over its socket:
+transform, seed, rank), rebuilds a 0-worker :class:`DataLoader` of it, and then takes
+steps from the engine's task board (``_taskboard``: the posted step with the lowest
+global step, whichever worker is free first) until the board says stop.
 
-* ``("map", slot, version, size)`` followed by a file descriptor: the shared segment of
-  ``slot`` is now that one;
-* ``("build", task, g, slot, version, hint)``: build global step ``g`` with the loader's
-  own ``_build`` (the very function of thread and 0-worker streams, so the bytes are the
-  same) straight into ``slot``'s segment, and answer ``("done", task, dims)``; when the
-  batch does not fit the segment it is built in private memory, copied once into a new,
-  larger segment (at least ``hint`` bytes, the largest batch the stream has seen) whose
-  descriptor follows ``("grown", task, dims, size)``;
+Its socket carries the rest, in order:
+
+* first ``("board", k, size)`` with two descriptors: the board's shared segment and the
+  read end of the doorbell; ``k`` is this worker's number on the board;
+* ``("map", slot, version, size)`` followed by a descriptor: the shared segment of
+  ``slot`` is now that one (sent before any step that uses it is posted);
 * ``None`` or the end of the socket: exit. The end of the socket is also how a worker
-  learns that its consumer is gone, killed or not: it then exits at once, leaving
-  nothing behind (its segments have no names).
+  learns that its consumer is gone, killed or not: it then exits, leaving nothing behind
+  (its segments have no names).
 
-An exception while building is answered with ``("error", task, payload)``: the pickled
+A step is built with the loader's own ``_build`` (the very function of thread and
+0-worker streams, so the bytes are the same) straight into its slot's segment and
+answered ``("done", task, dims)``; when the batch does not fit the segment it is built in
+private memory, copied once into a new, larger segment (at least ``hint`` bytes, the
+largest batch the stream has seen) whose descriptor follows ``("grown", task, dims,
+size)``. An exception while building is answered ``("error", task, payload)``: the pickled
 exception when it pickles, and always its type, message and traceback text.
 """
 from __future__ import annotations
 
 import os
 import pickle
+import select
 import signal
 import socket
 import traceback
@@ -79,6 +84,80 @@ def _keep_freed_memory():
     mallopt(_M_MMAP_THRESHOLD, 16 << 20)
 
 
+class _Channel:
+    """The worker's end of its socket: the consumer's messages, with their descriptors."""
+
+    def __init__(self, conn):
+        self.conn = conn
+        self.sock = socket.fromfd(conn.fileno(), socket.AF_UNIX, socket.SOCK_STREAM)
+        self.segments = {}      # slot -> (version, Segment)
+
+    def read(self):
+        """Handle one message; False when the worker is to exit (None, or the socket ended)."""
+        from onemodel_cy._shmring import Segment
+        try:
+            message = self.conn.recv()
+            if message is None:
+                return False
+            _, slot, version, size = message        # "map"
+            _, fds, _, _ = socket.recv_fds(self.sock, 1, 1)
+        except (EOFError, OSError):
+            return False
+        segment = Segment(fds[0], size)
+        segment.close_fd()
+        self.segments[slot] = (version, segment)
+        return True
+
+    def segment(self, slot, version):
+        """The segment of ``slot`` at ``version`` (its "map" was sent before the step was
+        posted: read until it is here); None for a slot without memory yet, False to exit."""
+        while version:
+            known = self.segments.get(slot)
+            if known is not None and known[0] == version:
+                return known[1]
+            if not self.read():
+                return False
+        return None
+
+
+def _open_board(channel):
+    """The board and doorbell the consumer sends first: (board, k, doorbell)."""
+    from onemodel_cy._shmring import Segment
+    from onemodel_cy._taskboard import TaskBoard
+    _, k, size = channel.conn.recv()
+    _, fds, _, _ = socket.recv_fds(channel.sock, 1, 2)
+    board_fd, doorbell = fds
+    segment = Segment(board_fd, size)
+    segment.close_fd()
+    return TaskBoard(segment), k, doorbell
+
+
+def _next_task(board, k, channel, doorbell, poller):
+    """The next step this worker takes from the board, or None when it is to exit."""
+    while not board.stopping:
+        claimed = board.claim(k)
+        if claimed is not None:
+            return claimed
+        board.sleeping(+1)
+        try:
+            claimed = board.claim(k)        # a post made before we counted ourselves in
+            if claimed is not None:
+                return claimed
+            if board.stopping:
+                return None
+            for fd, _ in poller.poll():
+                if fd == doorbell:
+                    try:
+                        os.read(doorbell, 1)    # one byte per post: the other sleepers keep theirs
+                    except BlockingIOError:
+                        pass                    # another worker took it
+                elif not channel.read():
+                    return None
+        finally:
+            board.sleeping(-1)
+    return None
+
+
 def main(conn, payload):
     """Run one worker until its consumer says stop or goes away."""
     # Ctrl-C reaches the whole process group: the consumer decides, and closes us.
@@ -86,7 +165,11 @@ def main(conn, payload):
     _keep_freed_memory()
     from onemodel_cy._collate import Workspace
     from onemodel_cy._shmring import Segment, ShmPool, copy_block
-    sock = socket.fromfd(conn.fileno(), socket.AF_UNIX, socket.SOCK_STREAM)
+    channel = _Channel(conn)
+    try:
+        board, k, doorbell = _open_board(channel)
+    except (EOFError, OSError):
+        return      # the consumer is gone
     pool = ShmPool()
     try:
         loader = _rebuild_loader(payload, pool)
@@ -94,39 +177,33 @@ def main(conn, payload):
         conn.send(("fatal", _error_payload(exc)))
         return
     workspace = Workspace(loader.sampler.batch_size, None)
-    segments = {}       # slot -> (version, Segment)
+    poller = select.poll()
+    for fd in (doorbell, conn.fileno()):
+        poller.register(fd, select.POLLIN)
     conn.send(("ready", os.getpid()))
     try:
-        while True:
-            message = conn.recv()
-            if message is None:
+        while (claimed := _next_task(board, k, channel, doorbell, poller)) is not None:
+            _, task, g, slot, version, hint = claimed
+            segment = channel.segment(slot, version)
+            if segment is False:
                 return
-            if message[0] == "map":
-                _, slot, version, size = message
-                _, fds, _, _ = socket.recv_fds(sock, 1, 1)
-                segment = Segment(fds[0], size)
-                segment.close_fd()
-                segments[slot] = (version, segment)
-                continue
-            _, task, g, slot, version, hint = message
-            known = segments.get(slot)
-            pool.aim(known[1] if known is not None and known[0] == version else None)
+            pool.aim(segment)
             try:
                 batch = loader._build(g, workspace)
             except BaseException as exc:
                 conn.send(("error", task, _error_payload(exc)))
                 continue
             if pool.last_shared:
-                reply, fd = ("done", task, _dims(batch)), None
+                reply, grown = ("done", task, _dims(batch)), None
             else:       # grow the slot: a new, larger segment, filled with this batch
-                segment = Segment.create(max(batch.nbytes, hint))
-                copy_block(batch, segment)
-                segments[slot] = (version + 1, segment)
-                reply, fd = ("grown", task, _dims(batch), segment.size), segment
+                grown = Segment.create(max(batch.nbytes, hint))
+                copy_block(batch, grown)
+                channel.segments[slot] = (version + 1, grown)
+                reply = ("grown", task, _dims(batch), grown.size)
             del batch
             conn.send(reply)
-            if fd is not None:
-                socket.send_fds(sock, [b"F"], [fd.fd])
-                fd.close_fd()
+            if grown is not None:
+                socket.send_fds(channel.sock, [b"F"], [grown.fd])
+                grown.close_fd()
     except (EOFError, OSError):
         return      # the consumer is gone

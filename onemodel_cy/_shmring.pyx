@@ -78,10 +78,8 @@ def new_memory_fd(nbytes):
 @cython.auto_pickle(False)
 cdef class Segment:
     """One shared mapping of ``size`` bytes. ``fd`` stays open (to hand to another
-    process) until ``close_fd()``; the mapping lives until the segment is collected."""
-    cdef char* addr
-    cdef readonly size_t size
-    cdef readonly int fd
+    process) until ``close_fd()``; the mapping lives until the segment is collected.
+    (Its fields are declared in _shmring.pxd.)"""
 
     def __cinit__(self):
         self.addr = NULL

@@ -105,9 +105,9 @@ def assert_no_workers(what="after close"):
 
 
 def assert_parked(loader, what="after close"):
-    """Every live worker thread is one of ``loader``'s parked engine, waiting for a step to
-    claim (inside ``claim``'s condition wait, or asleep in the packed lane's: no build in
-    progress, no CPU used)."""
+    """Every live worker is one of ``loader``'s parked engine, waiting for a step to claim
+    (a thread inside ``claim``'s condition wait, asleep in the packed lane's, a process
+    asleep on its task board: no build in progress, no CPU used)."""
     engine = loader._idle_engine
     alive = live_workers()
     if engine is None:
@@ -115,11 +115,9 @@ def assert_parked(loader, what="after close"):
         return
     mine = {id(t) for t in engine.threads}
     assert {id(t) for t in alive} <= mine, f"{what}: workers of no parked engine: {[t.name for t in alive]}"
-    if getattr(engine, "mode", "thread") == "process":
-        return      # worker processes wait on their socket: nothing to inspect from here
     deadline = time.monotonic() + STALL
     while True:     # a build started before the park may still be finishing
-        if hasattr(engine, "idle"):     # the packed lane's workers run no Python: the engine knows
+        if hasattr(engine, "idle"):     # the packed lane's and the processes' workers: the engine knows
             busy = [] if engine.idle() else [t.name for t in alive]
         else:
             frames = sys._current_frames()

@@ -189,6 +189,17 @@ class LockedDataset(PyDataset):
         self.lock = threading.Lock()
 
 
+def _refuse_to_load(what):
+    raise DatasetBroke(f"{what} cannot be loaded in this process")
+
+
+class UnloadableDataset(PyDataset):
+    """Pickles, but its pickle raises when loaded (in a worker process)."""
+
+    def __reduce__(self):
+        return _refuse_to_load, ("UnloadableDataset",)
+
+
 class PythonSampler(om.Sampler):
     """A built-in sampler's batches through a sampler written in Python (whose index range the
     loader cannot know when it is built, so it checks each batch's indices instead)."""

@@ -2,7 +2,8 @@
 (run in both modes in ``test_loader_contract.py``) do not reach.
 
 The shared-memory ring (§1, §5: batches are views of it, never overwritten while held, no
-allocation in steady state, grown for a larger batch), failures (a dead worker named with
+allocation in steady state, grown for a larger batch), the task board workers take steps
+from (§1: any free worker takes the lowest step of the window), failures (a dead worker named with
 its step and exit code, an exception whose pickle does not load), pickling errors, and
 lifetimes (close from another thread, Ctrl-C, interpreter exit, a consumer killed with
 SIGKILL: no worker process and nothing in /dev/shm left behind).
@@ -28,8 +29,10 @@ import onemodel_cy as om
 from onemodel_cy._bufferpool import Block
 from harness import _guard  # noqa: F401  (autouse: no worker may outlive a test)
 from harness import HERE, ROOT, Pipe, assert_no_workers, assert_same, finish, assert_stream_is_batch_at, drain, drain_ok
-from pipeline_parts import (DyingDataset, LockedDataset, PyDataset, RampDataset, StuckDataset, TwoPartError,
-                            TwoPartFailing)
+from pipeline_parts import (DatasetBroke, DyingDataset, LockedDataset, PyDataset, RampDataset, StuckDataset,
+                            TwoPartError, TwoPartFailing, UnloadableDataset)
+from onemodel_cy._shmring import Segment
+from onemodel_cy._taskboard import MAX_ENTRIES, TaskBoard, board_bytes
 
 
 def _loader(dataset=None, workers=2, prefetch=2, sampler=None, **kw):
@@ -95,6 +98,116 @@ def test_zero_copy_into_torch():
     assert_same(batches[-1], loader.batch_at(5), "step 5 seen through torch")
 
 
+# --------------------------------------------------------------------------- the task board
+
+def test_the_task_board_gives_each_posted_step_to_one_worker_lowest_first():
+    """§1 (workers claim steps of the window in any order, never one twice): a claim takes the
+    posted step with the lowest global step and marks it with the worker's number; a claimed
+    step cannot be revoked, a posted one can; a worker sees the board through its own mapping."""
+    board = TaskBoard.create(4)
+    worker_view = TaskBoard(Segment(os.dup(board.fd), board_bytes(4)))
+    assert worker_view.entries == 4 and worker_view.claim(0) is None
+    e5, _ = board.post(1, 5, 0, 0, 0)
+    e3, _ = board.post(2, 3, 1, 0, 0)
+    e4, _ = board.post(3, 4, 2, 7, 64)
+    assert worker_view.claim(1) == (e3, 2, 3, 1, 0, 0)
+    assert board.claimant(e3) == 1 and not board.revoke(e3), "a claimed step was taken back"
+    assert board.revoke(e5) and board.claimant(e5) == -1
+    assert worker_view.claim(0) == (e4, 3, 4, 2, 7, 64)
+    assert worker_view.claim(0) is None, "a revoked step was claimed"
+    board.free(e3)          # its answer came: entries e5 and e3 are free, e4 is claimed
+    assert [board.post(task, task + 5, task, 0, 0)[0] for task in (4, 5, 6)] == [e5, e3, 3]
+    with pytest.raises(RuntimeError, match="all 4 entries"):
+        board.post(7, 12, 7, 0, 0)
+    board.free(e4)
+    assert board.post(8, 13, 8, 0, 0) == (e4, False), "a post saw a sleeper where none is"
+    assert worker_view.sleeping(+1) == 1 and board.sleepers == 1
+    assert board.revoke(e3)
+    assert board.post(9, 14, 9, 0, 0) == (e3, True), "a post did not see the sleeping worker"
+    assert worker_view.sleeping(-1) == 0 and not worker_view.stopping
+    board.stop()
+    assert worker_view.stopping
+
+
+def test_a_task_board_refuses_a_count_its_memory_cannot_hold():
+    """Memory safety: a worker trusts no size it reads from shared memory; a board whose
+    count word says more entries than its segment holds is refused, as is an entry out of range."""
+    segment = Segment.create(board_bytes(2))
+    board = TaskBoard(segment, 2)
+    with pytest.raises(IndexError, match="entry 2 of a task board of 2"):
+        board.claimant(2)
+    with pytest.raises(ValueError):
+        board_bytes(0)
+    with pytest.raises(ValueError):
+        board_bytes(MAX_ENTRIES + 1)
+    with open(segment.fd, "r+b", closefd=False) as f:
+        f.seek(16)
+        f.write(np.int64(1 << 40).tobytes())        # the count word
+    with pytest.raises(ValueError, match="cannot hold the 1099511627776 entries"):
+        TaskBoard(Segment(os.dup(segment.fd), segment.size))
+
+
+_CLAIMER = textwrap.dedent(r"""
+    import os, sys
+    from onemodel_cy._shmring import Segment
+    from onemodel_cy._taskboard import TaskBoard
+    fd, size, k = map(int, sys.argv[1:])
+    board = TaskBoard(Segment(fd, size))
+    sys.stdout.write("go\n"); sys.stdout.flush()
+    sys.stdin.readline()
+    taken = []
+    while (claimed := board.claim(k)) is not None:
+        taken.append(claimed[1])
+    print(" ".join(map(str, taken)))
+""")
+
+
+def test_two_processes_claiming_at_once_never_take_one_step_twice():
+    """§1 (a step is built once): two processes claim from one board at the same time, until
+    it is empty; every posted task goes to exactly one of them (the claim is a compare-and-swap
+    on shared memory)."""
+    count = 3000
+    board = TaskBoard.create(count)
+    for task in range(count):
+        board.post(task, task, task, 0, 0)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+    children = [subprocess.Popen([sys.executable, "-c", _CLAIMER, str(board.fd), str(board_bytes(count)), str(k)],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+                                 pass_fds=[board.fd]) for k in range(2)]
+    for child in children:
+        assert child.stdout.readline() == "go\n"
+    for child in children:
+        child.stdin.write("\n")
+        child.stdin.flush()
+    taken = [list(map(int, child.communicate(timeout=60)[0].split())) for child in children]
+    everything = taken[0] + taken[1]
+    assert sorted(everything) == list(range(count)), (
+        f"{len(everything)} claims for {count} tasks, {len(everything) - len(set(everything))} taken twice")
+
+
+def test_a_slow_worker_holds_one_step_of_the_window_not_its_share():
+    """§1 (workers build the window in any order): while one worker is stuck in step 3 for
+    seconds, the other builds every other step of the window (4, 5 and 6 at prefetch 4).
+    Steps handed to the workers in turn would leave one of them queued behind the stuck one.
+    The stream's bytes are batch_at's."""
+    pipe = Pipe(sampler="sequential", batch_size=2, count=40)
+    bad = int(pipe.om_sampler().indices(0, 3)[0])
+    loader = _loader(StuckDataset(pipe.base_dataset(), bad, 3.0), sampler=pipe.om_sampler(), prefetch=4)
+    with loader.iter(0, 12) as stream:
+        batches = drain_ok(stream, 3)
+        engine = stream._engine
+        rest = []
+        consumer = threading.Thread(target=lambda: rest.extend(drain_ok(stream)))
+        consumer.start()        # it waits in step 3, and meanwhile takes in what the workers send
+        deadline = time.monotonic() + 2.5
+        while not {4, 5, 6} <= set(engine.results) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        built = set(engine.results)
+        assert 3 not in built and {4, 5, 6} <= built, f"while step 3 was stuck, the steps built were {sorted(built)}"
+        consumer.join(20)
+    assert_stream_is_batch_at(batches + rest, loader, range(12), "around a stuck worker")
+
+
 # --------------------------------------------------------------------------- failures
 
 @pytest.mark.parametrize("how,code", [("exit", 3), ("kill", -signal.SIGKILL), ("segfault", -signal.SIGSEGV)])
@@ -127,6 +240,21 @@ def test_an_exception_that_does_not_unpickle_arrives_as_text():
     assert "TwoPartError" in str(error) and f"broken read at {bad}" in str(error)
     notes = "\n".join(error.__notes__)
     assert "in get_sample" in notes and "global step 5" in notes, notes
+
+
+def test_a_pipeline_that_cannot_be_rebuilt_in_a_worker_stops_the_stream_at_its_first_worker_step():
+    """§1 (errors): a dataset that pickles but raises when a worker loads it is reported at
+    the first step the workers were to build (the consumer builds step 0 itself), with its
+    type, message and the worker's traceback; then the stream is over and no worker remains."""
+    pipe = Pipe(sampler="sequential", batch_size=2, count=40)
+    loader = _loader(UnloadableDataset(pipe.base_dataset()), sampler=pipe.om_sampler())
+    batches, error = drain(loader.iter())
+    assert [b.global_step for b in batches] == [0]
+    assert isinstance(error, DatasetBroke) and "cannot be loaded in this process" in str(error), repr(error)
+    notes = "\n".join(error.__notes__)
+    assert "global step 1" in notes and "_refuse_to_load" in notes, notes
+    finish(loader)
+    assert_no_workers("after a worker could not rebuild the pipeline")
 
 
 def test_an_unpicklable_dataset_or_transform_is_named():

@@ -24,7 +24,8 @@ import pytest
 import onemodel_cy
 
 COMPILED = ["_validate", "_rng", "_permute", "_samplers", "_datasets", "_bufferpool", "_pacing", "_augment",
-            "_batch", "_collate", "_fetch", "_lane", "_image", "_packed", "_textlines", "_shmring", "testing._alloccount"]
+            "_batch", "_collate", "_fetch", "_lane", "_image", "_packed", "_textlines", "_shmring", "_taskboard",
+            "testing._alloccount"]
 PACKAGE_DIR = os.path.dirname(os.path.abspath(onemodel_cy.__file__))
 
 # Dunder methods that are part of the API when a class defines them (all others, such as
