@@ -534,12 +534,13 @@ class ProcessEngine:
         self.failed_at = None
 
     def idle(self):
-        """Every live worker asleep on the board, none holding a step (the harness's check
-        that parked workers use no CPU)."""
+        """Every live worker asleep on the board and no step posted or being built (the
+        harness's check that parked workers use no CPU). Answers already sent are taken
+        in first; a step still posted while every worker sleeps would be a lost wake-up."""
         with self._state:
-            live = sum(w.alive for w in self.pool)
-            held = any(self.board.claimant(entry) >= 0 for _, _, entry in self.tasks.values())
-            return self.board.sleepers == live and not held
+            while not self.closed and self._wait(time.monotonic()):
+                pass
+            return self.board.sleepers == sum(w.alive for w in self.pool) and not self.tasks
 
     def signal_close(self):
         """Interpreter exit: end the workers now."""

@@ -148,9 +148,10 @@ def _next_task(board, k, channel, doorbell, poller):
             for fd, _ in poller.poll():
                 if fd == doorbell:
                     try:
-                        os.read(doorbell, 1)    # one byte per post: the other sleepers keep theirs
+                        if not os.read(doorbell, 1):    # one byte per post: the other sleepers keep theirs
+                            return None                 # its write end is closed: the consumer is gone
                     except BlockingIOError:
-                        pass                    # another worker took it
+                        pass                            # another worker took it
                 elif not channel.read():
                     return None
         finally:
