@@ -208,6 +208,26 @@ def test_a_slow_worker_holds_one_step_of_the_window_not_its_share():
     assert_stream_is_batch_at(batches + rest, loader, range(12), "around a stuck worker")
 
 
+def test_a_new_position_after_answers_not_yet_read_finds_room_on_the_board():
+    """§1 (a kept engine serves the next stream at any position; review of the task board):
+    a worker's entry is freed only when the consumer reads its answer, so steps the workers
+    built and answered while the consumer was busy stay claimed. Moving to a new position
+    then must still post the new window: at prefetch 6 with 2 workers, 6 answered steps not
+    yet read plus a new window of 6 exceed the 8 entries of the board."""
+    loader = _loader(prefetch=6)
+    with loader.iter(0, 40) as stream:
+        drain_ok(stream, 2)
+        board = stream._engine.board
+        deadline = time.monotonic() + 20
+        while board.sleepers < 2 and time.monotonic() < deadline:     # the whole window built, unread
+            time.sleep(0.01)
+        assert board.sleepers == 2, "the workers did not finish the window"
+    with loader.iter(30, 40) as stream:
+        batches = drain_ok(stream)
+    assert_stream_is_batch_at(batches, loader, range(30, 40), "after a move with answers unread")
+    finish(loader)
+
+
 # --------------------------------------------------------------------------- failures
 
 @pytest.mark.parametrize("how,code", [("exit", 3), ("kill", -signal.SIGKILL), ("segfault", -signal.SIGSEGV)])
