@@ -56,7 +56,8 @@ _STOP_WAIT = 2.0        # seconds a stopping worker may take to finish its build
 _KILL_WAIT = 1.0        # seconds after SIGTERM, then SIGKILL
 
 
-_PRELOAD = ["__main__", "numpy", "onemodel_cy.loader", "onemodel_cy._procworker", "onemodel_cy._shmring"]
+_PRELOAD = ["__main__", "numpy", "onemodel_cy.loader", "onemodel_cy._procworker", "onemodel_cy._shmring",
+            "onemodel_cy._taskboard"]
 
 
 def _context():
@@ -218,9 +219,12 @@ class ProcessEngine:
         self.ring = ShmRing()
         self.versions = []                       # slot -> segment version (0: no segment yet)
         self.largest = 0                         # the largest batch seen, bytes
-        # Entries in use: the window's steps, plus at most one stale step per worker (a
-        # step of an earlier position that a worker had claimed; posted ones are revoked).
-        self.board = TaskBoard.create(self.prefetch + workers)
+        # Entries in use: the window's steps (at most prefetch), and after a move the stale
+        # steps of the old position that workers had claimed (posted ones are revoked, and
+        # answers already sent are read first): the one each is building, and one more it
+        # may have finished and claimed past in the meantime. Should the board be full
+        # anyway, posting waits for answers (_dispatch).
+        self.board = TaskBoard.create(self.prefetch + 2 * workers)
         self._doorbell_r, self._doorbell_w = os.pipe()
         for end in (self._doorbell_r, self._doorbell_w):
             os.set_blocking(end, False)          # neither side ever waits on the pipe itself
@@ -283,9 +287,11 @@ class ProcessEngine:
     def _dispatch(self):
         """Post every step of the window not yet posted, each in a free slot; every live
         worker has the slot's segment mapped before the step is posted (any may take it).
-        Sleeping workers get one doorbell byte per post."""
+        Sleeping workers get one doorbell byte per post. With every entry in use (stale
+        steps whose answers are not read yet) the rest waits: ``take`` reads answers, which
+        free entries, and dispatches again."""
         wake = 0
-        while self.next_send < self._window_end():
+        while self.next_send < self._window_end() and self.board.has_room():
             if not self._map_everywhere(slot := self._free_slot()):
                 self.ring.release(slot)
                 break
@@ -382,16 +388,38 @@ class ProcessEngine:
                 del self._watched[fd]
 
     def _worker_died(self, worker):
+        """``worker`` is gone (its process exited, or its socket broke or sent nonsense): the
+        answers it sent before count, the steps it still held fail with its exit code, and a
+        process still running is ended (it would go on taking steps from the board)."""
         if not worker.alive:
             return
+        self._take_last_answers(worker)
+        if not worker.alive:
+            return      # it reported "fatal"
         self._retire(worker)
         code = worker.exit_code()
+        if code is None:
+            worker.process.terminate()
+            worker.process.join(_KILL_WAIT)
+            if worker.process.is_alive():
+                worker.process.kill()
+            code = worker.exit_code()
         pid = worker.process.pid
 
         def died(g):
             return RuntimeError(f"worker process {pid} died (exit code {code}) while building global step "
                                 f"{g}; the stream stops at that step")
         self._fail_queued(worker, died)
+
+    def _take_last_answers(self, worker):
+        """Handle what ``worker`` sent before its end, so a step it built still arrives."""
+        try:
+            while worker.conn.poll():
+                worker.inbox.fill()
+                while (item := worker.inbox.next()) is not None:
+                    self._handle(worker, *item)
+        except (EOFError, OSError, pickle.UnpicklingError):
+            pass
 
     def _fail_queued(self, worker, make_error):
         """The steps ``worker`` had taken from the board fail (it builds nothing more)."""
@@ -431,8 +459,6 @@ class ProcessEngine:
                 else:
                     exited.append(worker)
         for worker in exited:
-            while worker.alive and worker.conn.poll():   # what it sent before exiting first
-                self._receive(worker)
             self._worker_died(worker)
         return True
 
@@ -521,7 +547,10 @@ class ProcessEngine:
                 self._dispatch()
 
     def _drop(self, start):
-        """(Under ``_state``.) Release every built batch and forget every step sent; stand at ``start``."""
+        """(Under ``_state``.) Release every built batch and forget every step sent; stand at ``start``.
+        Answers already sent are read first: their entries are free again at once."""
+        while not self.closed and self._wait(time.monotonic()):
+            pass
         for result in self.results.values():
             if result[0] == "batch":
                 self.ring.release(result[1])

@@ -91,6 +91,14 @@ cdef class Segment:
         cdef Py_ssize_t n = as_size(size, "size", 1)
         cdef int handle = as_index(fd, "fd")
         cdef void* p
+        try:        # a mapping past the file's end would fault (SIGBUS) where it is read
+            actual = os.fstat(handle).st_size
+        except BaseException:
+            os.close(handle)
+            raise
+        if n > actual:
+            os.close(handle)
+            raise ValueError(f"a mapping of {n} bytes was asked of a shared-memory file of {actual} bytes")
         with nogil:
             p = mmap(NULL, <size_t>n, PROT_READ | PROT_WRITE, MAP_SHARED, handle, 0)
         if p == MAP_FAILED:

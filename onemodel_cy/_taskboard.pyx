@@ -80,6 +80,9 @@ cdef class TaskBoard:
             raise RuntimeError("TaskBoard.__init__ was already called on this board")
         cdef int64_t* words = <int64_t*>segment.addr
         cdef Py_ssize_t lines = <Py_ssize_t>(segment.size // (8 * WORDS))
+        if words == NULL or lines < 2:
+            raise ValueError(f"a task board needs a mapped segment of at least {2 * 8 * WORDS} bytes, "
+                             f"not {segment!r}")
         if entries is not None:
             if board_bytes(entries) > segment.size:
                 raise ValueError(f"a board of {entries} entries needs {board_bytes(entries)} bytes, "
@@ -131,6 +134,14 @@ cdef class TaskBoard:
                 store(&e[STATE], POSTED)
                 return k, load(&self.words[SLEEPERS]) > 0
         raise RuntimeError(f"all {self.entries} entries of the task board are in use")
+
+    def has_room(self):
+        """Whether an entry is free for a post."""
+        cdef Py_ssize_t k
+        for k in range(self.entries):
+            if load(&self.entry(k)[STATE]) == FREE:
+                return True
+        return False
 
     def revoke(self, k):
         """Take back a posted entry no worker has claimed: True, or False when one has."""

@@ -131,7 +131,8 @@ def test_the_task_board_gives_each_posted_step_to_one_worker_lowest_first():
 
 def test_a_task_board_refuses_a_count_its_memory_cannot_hold():
     """Memory safety: a worker trusts no size it reads from shared memory; a board whose
-    count word says more entries than its segment holds is refused, as is an entry out of range."""
+    count word says more entries than its segment holds is refused, as is an entry out of
+    range, a segment never mapped, and a mapping larger than its shared-memory file."""
     segment = Segment.create(board_bytes(2))
     board = TaskBoard(segment, 2)
     with pytest.raises(IndexError, match="entry 2 of a task board of 2"):
@@ -145,6 +146,11 @@ def test_a_task_board_refuses_a_count_its_memory_cannot_hold():
         f.write(np.int64(1 << 40).tobytes())        # the count word
     with pytest.raises(ValueError, match="cannot hold the 1099511627776 entries"):
         TaskBoard(Segment(os.dup(segment.fd), segment.size))
+    with pytest.raises(ValueError, match="needs a mapped segment"):
+        TaskBoard(Segment.__new__(Segment))         # never mapped
+    with pytest.raises(ValueError, match=f"a mapping of {2 * segment.size} bytes was asked of a shared-memory "
+                                         f"file of {segment.size} bytes"):
+        Segment(os.dup(segment.fd), 2 * segment.size)    # past the file's end: a read there would fault
 
 
 _CLAIMER = textwrap.dedent(r"""
