@@ -107,13 +107,20 @@ class _Worker:
         self.ready = False
 
     def send(self, message, *fds):
-        self.conn.send(message)
-        if fds:
-            socket.send_fds(self.sock, [b"F"], list(fds))
+        _procworker.send(self.conn, self.sock, message, fds)
 
     def exit_code(self):
         self.process.join(0.5)
         return self.process.exitcode
+
+    def end(self):
+        """Terminate the process if it still runs, and kill it after ``_KILL_WAIT`` more."""
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(_KILL_WAIT)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(_KILL_WAIT)
 
     def close(self):
         self.inbox.close()
@@ -327,14 +334,15 @@ class ProcessEngine:
     def _receive(self, worker):
         """Read what ``worker`` sent and handle every complete reply (or its death)."""
         try:
-            worker.inbox.fill()
-            while True:
-                item = worker.inbox.next()
-                if item is None:
-                    return
-                self._handle(worker, *item)
+            self._read_replies(worker)
         except (EOFError, OSError, pickle.UnpicklingError):
             self._worker_died(worker)
+
+    def _read_replies(self, worker):
+        """Read what is waiting from ``worker`` (blocks if nothing is) and handle every complete reply."""
+        worker.inbox.fill()
+        while (item := worker.inbox.next()) is not None:
+            self._handle(worker, *item)
 
     def _handle(self, worker, message, fd):
         """One reply of ``worker`` (``fd``: the descriptor of a "grown" one)."""
@@ -399,29 +407,24 @@ class ProcessEngine:
         self._retire(worker)
         code = worker.exit_code()
         if code is None:
-            worker.process.terminate()
-            worker.process.join(_KILL_WAIT)
-            if worker.process.is_alive():
-                worker.process.kill()
-            code = worker.exit_code()
+            worker.end()
+            code = worker.process.exitcode
         pid = worker.process.pid
 
         def died(g):
             return RuntimeError(f"worker process {pid} died (exit code {code}) while building global step "
                                 f"{g}; the stream stops at that step")
-        self._fail_queued(worker, died)
+        self._fail_claims(worker, died)
 
     def _take_last_answers(self, worker):
         """Handle what ``worker`` sent before its end, so a step it built still arrives."""
         try:
             while worker.conn.poll():
-                worker.inbox.fill()
-                while (item := worker.inbox.next()) is not None:
-                    self._handle(worker, *item)
+                self._read_replies(worker)
         except (EOFError, OSError, pickle.UnpicklingError):
             pass
 
-    def _fail_queued(self, worker, make_error):
+    def _fail_claims(self, worker, make_error):
         """The steps ``worker`` had taken from the board fail (it builds nothing more)."""
         for task, (g, slot, entry) in list(self.tasks.items()):
             if self.board.claimant(entry) == worker.k:
@@ -461,6 +464,11 @@ class ProcessEngine:
         for worker in exited:
             self._worker_died(worker)
         return True
+
+    def _read_what_came(self):
+        """(Under ``_state``.) Handle every answer and death already reported, without waiting."""
+        while not self.closed and self._wait(time.monotonic()):
+            pass
 
     def _watch(self):
         """Register every worker's socket and exit sentinel, and the wake-up pipe."""
@@ -549,8 +557,7 @@ class ProcessEngine:
     def _drop(self, start):
         """(Under ``_state``.) Release every built batch and forget every step sent; stand at ``start``.
         Answers already sent are read first: their entries are free again at once."""
-        while not self.closed and self._wait(time.monotonic()):
-            pass
+        self._read_what_came()
         for result in self.results.values():
             if result[0] == "batch":
                 self.ring.release(result[1])
@@ -567,8 +574,7 @@ class ProcessEngine:
         harness's check that parked workers use no CPU). Answers already sent are taken
         in first; a step still posted while every worker sleeps would be a lost wake-up."""
         with self._state:
-            while not self.closed and self._wait(time.monotonic()):
-                pass
+            self._read_what_came()
             return self.board.sleepers == sum(w.alive for w in self.pool) and not self.tasks
 
     def signal_close(self):
@@ -597,12 +603,7 @@ class ProcessEngine:
             for worker in self.pool:
                 worker.process.join(max(0.0, deadline - time.monotonic()))
             for worker in self.pool:
-                if worker.process.is_alive():
-                    worker.process.terminate()
-                    worker.process.join(_KILL_WAIT)
-                if worker.process.is_alive():
-                    worker.process.kill()
-                    worker.process.join(_KILL_WAIT)
+                worker.end()
                 worker.close()
             self.ring.close_fds()       # mappings stay for the batches the user still holds
             self.board.close_fd()

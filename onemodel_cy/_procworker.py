@@ -84,6 +84,22 @@ def _keep_freed_memory():
     mallopt(_M_MMAP_THRESHOLD, 16 << 20)
 
 
+def send(conn, sock, message, fds=()):
+    """``message`` on ``conn`` (multiprocessing's frame), then, when there are descriptors,
+    the one byte ``b"F"`` carrying them (``SCM_RIGHTS``): both sides' one way of sending."""
+    conn.send(message)
+    if fds:
+        socket.send_fds(sock, [b"F"], list(fds))
+
+
+def _mapped(fd, size):
+    """The segment a received descriptor names, mapped (the descriptor itself is closed)."""
+    from onemodel_cy._shmring import Segment
+    segment = Segment(fd, size)
+    segment.close_fd()
+    return segment
+
+
 class _Channel:
     """The worker's end of its socket: the consumer's messages, with their descriptors."""
 
@@ -94,7 +110,6 @@ class _Channel:
 
     def read(self):
         """Handle one message; False when the worker is to exit (None, or the socket ended)."""
-        from onemodel_cy._shmring import Segment
         try:
             message = self.conn.recv()
             if message is None:
@@ -103,9 +118,7 @@ class _Channel:
             _, fds, _, _ = socket.recv_fds(self.sock, 1, 1)
         except (EOFError, OSError):
             return False
-        segment = Segment(fds[0], size)
-        segment.close_fd()
-        self.segments[slot] = (version, segment)
+        self.segments[slot] = (version, _mapped(fds[0], size))
         return True
 
     def segment(self, slot, version):
@@ -122,14 +135,11 @@ class _Channel:
 
 def _open_board(channel):
     """The board and doorbell the consumer sends first: (board, k, doorbell)."""
-    from onemodel_cy._shmring import Segment
     from onemodel_cy._taskboard import TaskBoard
     _, k, size = channel.conn.recv()
     _, fds, _, _ = socket.recv_fds(channel.sock, 1, 2)
     board_fd, doorbell = fds
-    segment = Segment(board_fd, size)
-    segment.close_fd()
-    return TaskBoard(segment), k, doorbell
+    return TaskBoard(_mapped(board_fd, size)), k, doorbell
 
 
 def _next_task(board, k, channel, doorbell, poller):
@@ -202,9 +212,8 @@ def main(conn, payload):
                 channel.segments[slot] = (version + 1, grown)
                 reply = ("grown", task, _dims(batch), grown.size)
             del batch
-            conn.send(reply)
+            send(conn, channel.sock, reply, [grown.fd] if grown is not None else ())
             if grown is not None:
-                socket.send_fds(channel.sock, [b"F"], [grown.fd])
                 grown.close_fd()
     except (EOFError, OSError):
         return      # the consumer is gone

@@ -84,10 +84,10 @@ cdef class TaskBoard:
             raise ValueError(f"a task board needs a mapped segment of at least {2 * 8 * WORDS} bytes, "
                              f"not {segment!r}")
         if entries is not None:
-            if board_bytes(entries) > segment.size:
-                raise ValueError(f"a board of {entries} entries needs {board_bytes(entries)} bytes, "
-                                 f"the segment has {segment.size}")
-            store(&words[COUNT], as_size(entries, "entries", 1, MAX_ENTRIES))
+            needed = board_bytes(entries)
+            if needed > segment.size:
+                raise ValueError(f"a board of {entries} entries needs {needed} bytes, the segment has {segment.size}")
+            store(&words[COUNT], entries)
         cdef int64_t count = load(&words[COUNT])
         if not 1 <= count < lines:
             raise ValueError(f"a task board of {segment.size} bytes cannot hold the {count} entries it says it has")
@@ -117,31 +117,33 @@ cdef class TaskBoard:
             raise IndexError(f"entry {i} of a task board of {self.entries}")
         return self.entry(i)
 
+    cdef Py_ssize_t free_entry(self) noexcept:
+        """The first free entry, or -1."""
+        cdef Py_ssize_t k
+        for k in range(self.entries):
+            if load(&self.entry(k)[STATE]) == FREE:
+                return k
+        return -1
+
     # -- the consumer's side -------------------------------------------------------------
 
     def post(self, int64_t task, int64_t g, int64_t slot, int64_t version, int64_t hint):
         """Post step ``g`` in a free entry: (the entry, whether a worker sleeps)."""
-        cdef Py_ssize_t k
-        cdef int64_t* e
-        for k in range(self.entries):
-            e = self.entry(k)
-            if load(&e[STATE]) == FREE:
-                store(&e[TASK], task)
-                store(&e[STEP], g)
-                store(&e[SLOT], slot)
-                store(&e[VERSION], version)
-                store(&e[HINT], hint)
-                store(&e[STATE], POSTED)
-                return k, load(&self.words[SLEEPERS]) > 0
-        raise RuntimeError(f"all {self.entries} entries of the task board are in use")
+        cdef Py_ssize_t k = self.free_entry()
+        if k < 0:
+            raise RuntimeError(f"all {self.entries} entries of the task board are in use")
+        cdef int64_t* e = self.entry(k)
+        store(&e[TASK], task)
+        store(&e[STEP], g)
+        store(&e[SLOT], slot)
+        store(&e[VERSION], version)
+        store(&e[HINT], hint)
+        store(&e[STATE], POSTED)
+        return k, load(&self.words[SLEEPERS]) > 0
 
     def has_room(self):
         """Whether an entry is free for a post."""
-        cdef Py_ssize_t k
-        for k in range(self.entries):
-            if load(&self.entry(k)[STATE]) == FREE:
-                return True
-        return False
+        return self.free_entry() >= 0
 
     def revoke(self, k):
         """Take back a posted entry no worker has claimed: True, or False when one has."""

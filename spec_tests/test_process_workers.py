@@ -153,6 +153,11 @@ def test_a_task_board_refuses_a_count_its_memory_cannot_hold():
         Segment(os.dup(segment.fd), 2 * segment.size)    # past the file's end: a read there would fault
 
 
+def _child_env():
+    """The environment of a Python child process that imports the package and the test modules."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, HERE, os.environ.get("PYTHONPATH", "")]))
+
+
 _CLAIMER = textwrap.dedent(r"""
     import os, sys
     from onemodel_cy._shmring import Segment
@@ -176,9 +181,8 @@ def test_two_processes_claiming_at_once_never_take_one_step_twice():
     board = TaskBoard.create(count)
     for task in range(count):
         board.post(task, task, task, 0, 0)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
     children = [subprocess.Popen([sys.executable, "-c", _CLAIMER, str(board.fd), str(board_bytes(count)), str(k)],
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=_child_env(),
                                  pass_fds=[board.fd]) for k in range(2)]
     for child in children:
         assert child.stdout.readline() == "go\n"
@@ -393,9 +397,8 @@ def _shm():
 
 
 def _run_child(how):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, HERE, os.environ.get("PYTHONPATH", "")]))
-    child = subprocess.Popen([sys.executable, "-c", _CHILD, how], stdout=subprocess.PIPE, text=True, env=env,
-                             cwd=ROOT)
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, how], stdout=subprocess.PIPE, text=True,
+                             env=_child_env(), cwd=ROOT)
     report = json.loads(child.stdout.readline())
     return child, report
 
