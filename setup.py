@@ -49,7 +49,8 @@ else:
               "-fno-fast-math"]
 
 MODULES = ["_validate", "_rng", "_permute", "_samplers", "_bufferpool", "_pacing", "_augment", "_batch",
-           "_collate", "_fetch", "_lane", "_image", "_datasets", "_packed", "_textlines", "_shmring", "_taskboard",
+           "_collate", "_fetch", "_pipeline", "_image", "_datasets", "_packed", "_textlines",
+           "workers.window", "workers.lane", "workers.shmring", "workers.taskboard",
            "testing._alloccount", "testing._kernels"]    # dotted names are modules of subpackages
 
 extensions = [

@@ -16,7 +16,9 @@ from onemodel_cy._collate import ImageBatchCollator
 from onemodel_cy._image import gray8_to_planar, rgb8_to_planar
 from onemodel_cy._packed import PackedImageDataset
 from onemodel_cy.pack import PackError, PackReport, pack
-from onemodel_cy.loader import BatchStream, DataLoader, StuckWorkerWarning, threads_available
+from onemodel_cy.loader import DataLoader, threads_available
+from onemodel_cy.stream import BatchStream
+from onemodel_cy.workers.protocol import StuckWorkerWarning
 
 globals().update(_STREAMS)
 

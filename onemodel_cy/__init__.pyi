@@ -22,9 +22,9 @@ from onemodel_cy._samplers import MixingSampler as MixingSampler
 from onemodel_cy._samplers import Sampler as Sampler
 from onemodel_cy._samplers import SequentialSampler as SequentialSampler
 from onemodel_cy._samplers import ShuffledSampler as ShuffledSampler
-from onemodel_cy.loader import BatchStream as BatchStream
+from onemodel_cy.stream import BatchStream as BatchStream
 from onemodel_cy.loader import DataLoader as DataLoader
-from onemodel_cy.loader import StuckWorkerWarning as StuckWorkerWarning
+from onemodel_cy.workers.protocol import StuckWorkerWarning as StuckWorkerWarning
 from onemodel_cy.loader import threads_available as threads_available
 from onemodel_cy.pack import PackError as PackError
 from onemodel_cy.pack import PackReport as PackReport

@@ -1,4 +1,4 @@
-# §1 the loader's fetch step; the packed lane (_lane.pyx) gathers with it too.
+# §1 the loader's fetch step; the pipeline's split (_pipeline.pyx) gathers with it too.
 from onemodel_cy._typedefs cimport i64
 from onemodel_cy._datasets cimport PackedImages
 from onemodel_cy._collate cimport Workspace

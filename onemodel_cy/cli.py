@@ -153,7 +153,7 @@ def main(argv=None) -> int:
     if argv and argv[0] == "bench":
         return _bench(argv[1:])
     if argv and argv[0] == "conformance":
-        from onemodel_cy.conformance import main as conformance_main
+        from onemodel_cy.conformance.checker import main as conformance_main
         return conformance_main(argv[1:])
 
     parser = argparse.ArgumentParser(prog="onemodel-cy", description=__doc__)

@@ -1,16 +1,15 @@
-"""§1 the DataLoader: thread workers, a prefetch ring, ordered delivery, resume, ranks.
+"""§1 the DataLoader: configuration, ranks, ``batch_at``, the stateful path and checkpoints.
 
-``DataLoader`` holds the configuration and the pure function: ``_build(g, workspace)``
-builds global step ``g``. The streams, their worker threads and the prefetch ring live
-in :mod:`onemodel_cy._stream`. Workers only decide *when* a step is built, never *what*
-it contains, so the stream is the same for any number of workers, any prefetch depth,
-any timing and any resume point.
+``DataLoader`` checks the configuration and holds the pure function, its
+:class:`~onemodel_cy._pipeline.Pipeline`: ``pipeline.build(g, workspace)`` builds global
+step ``g``. The streams live in :mod:`onemodel_cy.stream`, their workers in
+:mod:`onemodel_cy.workers`. Workers only decide *when* a step is built, never *what* it
+contains, so the stream is the same for any number of workers, any prefetch depth, any
+timing and any resume point.
 """
 from __future__ import annotations
 
-import re
 import sys
-import warnings
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional
 
 if TYPE_CHECKING:
@@ -18,20 +17,19 @@ if TYPE_CHECKING:
     from onemodel_cy._rng import SampleRng
 
 from onemodel_cy._batch import ImageBatch
-from onemodel_cy._collate import ImageBatchCollator, Workspace
-from onemodel_cy._fetch import build_batch
+from onemodel_cy._collate import ImageBatchCollator
 from onemodel_cy._pacing import Pacing
+from onemodel_cy._pipeline import Pipeline
 from onemodel_cy._samplers import (BucketedSampler, MixingSampler, Sampler, SequentialSampler,
                                    ShuffledSampler)
-from onemodel_cy._stream import DEFAULT_JOIN_TIMEOUT, BatchStream, StuckWorkerWarning, close_engines
 from onemodel_cy._validate import check_integer
+from onemodel_cy.stream import BatchStream
+from onemodel_cy.workers.protocol import DEFAULT_JOIN_TIMEOUT
+from onemodel_cy.workers.registry import close_engines
 
-__all__ = ["DataLoader", "BatchStream", "StuckWorkerWarning", "threads_available"]
+__all__ = ["DataLoader", "threads_available"]
 
 _MASK64 = (1 << 64) - 1
-# What fingerprints held before elastic resume: the saver's rank and world size. Stripped
-# from a saved fingerprint, so that states saved then still load.
-_OLD_RANK_PART = re.compile(r"\|rank=\d+/\d+$")
 
 
 def threads_available() -> bool:
@@ -181,7 +179,6 @@ class DataLoader:
                              f"{_stable_name(dataset)} ({len(dataset)} samples, indices [0, {len(dataset)}))")
         self.worker_mode = worker_mode      # validated by the property (process workers, below)
         share = batch_size // self.world_size
-        self._slots = (self.rank * share, (self.rank + 1) * share)
         # A short last batch (drop_last=False) is shared by slot range as it stands. If the
         # last rank's range lay past its end, that rank would receive nothing: every rank
         # refuses alike, so that no rank starts while another cannot.
@@ -189,6 +186,9 @@ class DataLoader:
         if last <= (self.world_size - 1) * share:
             raise ValueError(f"the last batch of each epoch of {sampler!r} holds {last} samples, too few to "
                              f"give each of {self.world_size} ranks a share of {share}; use drop_last=True")
+        # What the batches are a function of, built by every route (_pipeline.pyx).
+        self._pipeline = Pipeline(dataset, sampler, collator, self._seed, transform, self.rank * share,
+                                  (self.rank + 1) * share)
         # The workers' shared baton for the Python parts of a batch (see _pacing.pyx).
         self.pacing = Pacing()
         self._next_g = 0       # the stateful path's position: where the next `for batch in loader` starts
@@ -213,25 +213,12 @@ class DataLoader:
     def batch_at(self, g: int) -> ImageBatch:
         """Build global step ``g`` on the calling thread (what every stream yields at ``g``)."""
         g = check_integer(g, "g", 0)
-        return self._build(g, self._workspace())
-
-    def _workspace(self) -> Workspace:
-        """A building thread's own workspace (§5: reused from batch to batch)."""
-        return Workspace(self.sampler.batch_size, self.pacing)
-
-    def _build(self, g, workspace):
-        """Global step ``g``: the sampler's indices, then this rank's slots fetched and collated."""
-        epoch, step = divmod(g, self.sampler.steps_per_epoch)
-        count = self.sampler.indices_into(epoch, step, workspace.indices)
-        lo, hi = self._slots
-        return build_batch(self.collator, self.dataset, workspace.indices, self.seed, epoch, step,
-                           start=lo, stop=min(hi, count), transform=self.transform, global_step=g,
-                           workspace=workspace)
+        return self._pipeline.build(g, self._pipeline.workspace(self.pacing))
 
     # -- streams -------------------------------------------------------------------------
 
     def iter(self, start_g: int = 0, stop_g: Optional[int] = None, *,
-             state: Optional[Dict[str, Any]] = None, **deprecated: int) -> "BatchStream":
+             state: Optional[Dict[str, Any]] = None) -> "BatchStream":
         """A stream of global steps ``[start_g, stop_g)`` (endless if ``stop_g`` is None).
 
         Parameters
@@ -246,22 +233,9 @@ class DataLoader:
             at its ``next_g`` after the same pipeline check as ``load_state_dict`` (a state
             saved by a different pipeline is refused with ``ValueError``). This is the way to
             resume a checkpoint; it excludes ``start_g``.
-
-        ``start_step`` and ``stop_step`` are the deprecated names of ``start_g`` and
-        ``stop_g`` (unchecked integers, as ``start_g``).
         """
-        unknown = set(deprecated) - {"start_step", "stop_step"}
-        if unknown:
-            raise TypeError(f"DataLoader.iter() got unexpected keyword arguments {sorted(unknown)}")
-        if deprecated:
-            warnings.warn(f"DataLoader.iter({', '.join(sorted(deprecated))}) is deprecated: use start_g and "
-                          f"stop_g (global steps)", DeprecationWarning, stacklevel=2)
-        if ("start_step" in deprecated and start_g != 0) or ("stop_step" in deprecated and stop_g is not None):
-            raise TypeError("DataLoader.iter() got a global step under both its name and its deprecated name")
-        start_g = deprecated.get("start_step", start_g)
-        stop_g = deprecated.get("stop_step", stop_g)
         if state is not None:
-            if "start_step" in deprecated or start_g != 0:
+            if start_g != 0:
                 raise TypeError("DataLoader.iter() takes a start step from start_g or from state, not both")
             start_g = self._checked_next_g(state)
             if stop_g is not None and check_integer(stop_g, "stop_g", 0) < start_g:
@@ -348,16 +322,14 @@ class DataLoader:
 
     def _checked_next_g(self, state) -> int:
         """``state``'s next global step, once ``state`` is known to belong to this pipeline."""
-        if isinstance(state, dict) and "next_g" not in state and "next_step" in state:
-            state = {**state, "next_g": state["next_step"]}     # saved before the rename
         if not isinstance(state, dict) or "next_g" not in state:
-            raise TypeError(f"state must be a dict from state_dict(), received {state!r}")
+            raise TypeError(f"state must be a dict from state_dict(), with the key 'next_g', received {state!r}")
         saved = state.get("fingerprint")
         if saved is not None:
             if not isinstance(saved, str):
                 raise TypeError(f"state['fingerprint'] must be a str, received {type(saved).__name__}")
             current = self.fingerprint()
-            if _OLD_RANK_PART.sub("", saved) != current:
+            if saved != current:
                 raise ValueError(f"refusing to resume: the state was saved by a different pipeline\n"
                                  f"  saved:   {saved}\n  current: {current}")
         return check_integer(state["next_g"], "next_g", 0)
@@ -383,7 +355,7 @@ class DataLoader:
             except Exception:
                 pass
 
-    # -- process workers (onemodel_cy._procs) ---------------------------------------------
+    # -- workers -----------------------------------------------------------------------------
 
     WORKER_MODES = ("thread", "process")
 

@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from onemodel_cy import _packfmt
+import onemodel_cy._packfmt as _packfmt
 from onemodel_cy._packfmt import (FORMAT, HEADER_BYTES, VERSION, PackError, array_entry, npy_header,
                                   sync, write_manifest, write_npy)
 

@@ -46,6 +46,7 @@ import pytest
 from hypothesis import Phase, settings, strategies as st
 
 import onemodel_cy as om
+from onemodel_cy._pipeline import Pipeline
 import pipeline_parts
 import reference as R
 # The picklable datasets and transforms (re-exported: the tests import them from here).
@@ -106,8 +107,8 @@ def assert_no_workers(what="after close"):
 
 def assert_parked(loader, what="after close"):
     """Every live worker is one of ``loader``'s parked engine, waiting for a step to claim
-    (a thread inside ``claim``'s condition wait, asleep in the packed lane's, a process
-    asleep on its task board: no build in progress, no CPU used)."""
+    (``engine.idle()``: a thread in ``claim``'s condition wait, asleep in the packed lane's,
+    a process asleep on its task board: no build in progress, no CPU used)."""
     engine = loader._idle_engine
     alive = live_workers()
     if engine is None:
@@ -116,24 +117,10 @@ def assert_parked(loader, what="after close"):
     mine = {id(t) for t in engine.threads}
     assert {id(t) for t in alive} <= mine, f"{what}: workers of no parked engine: {[t.name for t in alive]}"
     deadline = time.monotonic() + STALL
-    while True:     # a build started before the park may still be finishing
-        if hasattr(engine, "idle"):     # the packed lane's and the processes' workers: the engine knows
-            busy = [] if engine.idle() else [t.name for t in alive]
-        else:
-            frames = sys._current_frames()
-            busy = [t.name for t in alive if t.ident in frames and not _waits_in_claim(frames[t.ident])]
-        if not busy:
-            return
+    while not engine.idle():     # a build started before the park may still be finishing
+        busy = [t.name for t in alive]
         assert time.monotonic() < deadline, f"{what}: parked workers still busy after {STALL} s: {busy}"
         time.sleep(0.005)
-
-
-def _waits_in_claim(frame):
-    names = []
-    while frame is not None:
-        names.append(frame.f_code.co_name)
-        frame = frame.f_back
-    return "claim" in names and "wait" in names
 
 
 def finish(loader, what="after close"):
@@ -441,9 +428,8 @@ class RingProbe:
         self.violations = []
         self.max_ahead = -1
         self.rng = random.Random(seed)
-        build = loader._build
 
-        def probed(g, workspace):
+        def probed(g, workspace, build):
             with self.lock:
                 slack = 1 if self.inside_next else 0
                 if not g < self.received + self.prefetch + slack:
@@ -461,7 +447,7 @@ class RingProbe:
             time.sleep(pause)
             return build(g, workspace)
 
-        loader._build = probed
+        wrap_build(loader, probed)
 
     def before(self, step):
         with self.lock:
@@ -520,17 +506,37 @@ def wait_for_workers(count, seconds=5.0):
     return {t.ident for t in alive}
 
 
+class _WrappedPipeline(Pipeline):
+    """A loader's pipeline whose ``build`` runs inside ``around(g, workspace, build)``. It
+    does not split, so every engine calls its ``build`` (the packed lane would not)."""
+
+    def __init__(self, base, around):
+        super().__init__(base.dataset, base.sampler, base.collator, base.seed, base.transform, base.lo, base.hi)
+        self.around = around
+
+    def build(self, g, workspace):
+        return self.around(g, workspace, super().build)
+
+    def splits(self):
+        return False
+
+
+def wrap_build(loader, around):
+    """Every build of ``loader``'s streams from now on runs inside ``around(g, workspace, build)``
+    (thread workers, or 0 workers; a worker process would pickle the pipeline without it)."""
+    loader._pipeline = _WrappedPipeline(loader._pipeline, around)
+
+
 class RecordingBuilds:
-    """Wraps ``loader._build``: records every step started and every step built; the build
+    """Wraps the loader's builds: records every step started and every step built; the build
     of step ``fail_at`` raises DatasetBroke."""
 
     def __init__(self, loader, fail_at=None):
         self.started = []
         self.built = []
         self.lock = threading.Lock()
-        build = loader._build
 
-        def recording(g, workspace):
+        def recording(g, workspace, build):
             with self.lock:
                 self.started.append(g)
             if g == fail_at:
@@ -540,7 +546,7 @@ class RecordingBuilds:
                 self.built.append(g)
             return batch
 
-        loader._build = recording
+        wrap_build(loader, recording)
 
     def wait_for(self, steps, seconds=5.0, attempted=False):
         deadline = time.monotonic() + seconds

@@ -13,7 +13,7 @@ import json
 import pytest
 
 from conftest import load_vectors
-from onemodel_cy.conformance import check, main, run_self
+from onemodel_cy.conformance.checker import check, main, run_self
 from onemodel_cy.conformance.codec import VECTOR_FILES
 from onemodel_cy.conformance.replay import differences
 

@@ -18,7 +18,7 @@ import re
 import numpy as np
 import pytest
 
-from onemodel_cy.conformance import check, main, run_self
+from onemodel_cy.conformance.checker import check, main, run_self
 from onemodel_cy.conformance.codec import VECTOR_FILES, load
 from onemodel_cy.conformance.replay import LONGEST, _under_every_setting, differences, short
 

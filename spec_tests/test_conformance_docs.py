@@ -15,7 +15,7 @@ import sys
 from collections import Counter
 from contextlib import redirect_stdout
 
-from onemodel_cy.conformance import main
+from onemodel_cy.conformance.checker import main
 from onemodel_cy.conformance.codec import VECTOR_FILES, load
 from onemodel_cy.conformance.replay import _OPS
 

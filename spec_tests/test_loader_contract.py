@@ -36,7 +36,7 @@ from harness import (
     PyDataset, RecordingBuilds, RingProbe, SleepyDataset, _failing_case, _small_loader,
     PERSISTENT, _worker_idents, assert_meta, assert_no_workers, assert_parked, assert_ranks_compose, assert_same,
     finish,
-    assert_stream_is_batch_at, drain, drain_ok, examples, live_workers, pipes, wait_for_workers)
+    assert_stream_is_batch_at, drain, drain_ok, examples, live_workers, pipes, wait_for_workers, wrap_build)
 
 
 # --------------------------------------------------------------------------- the pure function
@@ -96,14 +96,13 @@ def test_out_of_order_completion_is_delivered_in_order():
 
     loader = pipe.loader(workers=4, prefetch=4, dataset=Reversing(base))
     finished = []
-    build = loader._build
 
-    def recording(g, workspace):
+    def recording(g, workspace, build):
         batch = build(g, workspace)
         finished.append(g)
         return batch
 
-    loader._build = recording
+    wrap_build(loader, recording)
     with loader.iter(0, 24) as stream:
         batches = drain_ok(stream)
     assert finished != sorted(finished), "the workers never finished out of order: the test proves nothing"
@@ -885,6 +884,13 @@ def test_set_epoch_elsewhere_resets_the_engine_on_the_same_threads():
     step, with the same threads, and yields exactly batch_at's bytes."""
     pipe = Pipe(sampler="bucketed", batch_size=3, count=36, augmentation="python")
     loader = pipe.loader(workers=2, prefetch=5)
+    builders = {}       # g -> the thread that built it last
+
+    def recording(g, workspace, build):
+        builders[g] = threading.get_ident()
+        return build(g, workspace)
+
+    wrap_build(loader, recording)
     check = pipe.loader()
     S = loader.steps_per_epoch
     list(loader)
@@ -897,14 +903,6 @@ def test_set_epoch_elsewhere_resets_the_engine_on_the_same_threads():
     # a stream from iter() takes the kept workers too (its steps are built on those threads,
     # but for its first, which the consumer builds itself at a new position rather than wait);
     # when it closes they are parked again, until loader.close()
-    builders = {}
-    build = loader._build
-
-    def recording(g, workspace):
-        builders[g] = threading.get_ident()
-        return build(g, workspace)
-
-    loader._build = recording
     with loader.iter(S + 1, S + 5) as stream:
         batches = drain_ok(stream, 4)
     by_workers = {builders[g] for g in range(S + 2, S + 5)}
@@ -1095,23 +1093,21 @@ def test_loader_close_during_a_pass_ends_it_without_counting_the_epoch():
     assert_no_workers("after loader.close() during a pass")
 
 
-def test_the_old_global_step_names_still_work_and_warn():
+def test_the_global_step_has_one_name():
     """§1 resume, naming: the global step is ``g`` in the API (``iter(start_g, stop_g)``,
-    ``stream.next_g``, ``state_dict()["next_g"]``). The names used before (``start_step``,
-    ``stop_step``, ``next_step``) still work with a DeprecationWarning, and a state saved
-    with ``"next_step"`` resumes at the same global step."""
+    ``stream.next_g``, ``state_dict()["next_g"]``). The pre-release names (``start_step``,
+    ``stop_step``, ``next_step``, a state's ``"next_step"``) are gone (CHANGELOG.md): using
+    one is an error, never a silent start at step 0."""
     ds = om.SyntheticLineImages(16, height=2, min_width=2, max_width=5, seed=1)
     loader = om.DataLoader(ds, om.ShuffledSampler(16, 4, seed=2), om.ImageBatchCollator(), seed=0)
-    with pytest.warns(DeprecationWarning, match="start_g"):
-        stream = loader.iter(start_step=5, stop_step=7)
-    with stream:
+    with loader.iter(start_g=5, stop_g=7) as stream:
         assert next(stream).global_step == 5
-        with pytest.warns(DeprecationWarning, match="next_g"):
-            assert stream.next_step == 6
+        assert stream.next_g == 6
+        assert not hasattr(stream, "next_step")
         state = stream.state_dict()
     assert state["next_g"] == 6
-    with loader.iter(0) as resumed:
+    for old in ({"start_step": 5}, {"stop_step": 7}, {"start": 3}):
+        with pytest.raises(TypeError, match="unexpected keyword"):
+            loader.iter(**old)
+    with loader.iter(0) as resumed, pytest.raises(TypeError, match="next_g"):
         resumed.load_state_dict({"next_step": 6, "fingerprint": state["fingerprint"]})
-        assert next(resumed).global_step == 6
-    with pytest.raises(TypeError, match="unexpected"):
-        loader.iter(start=3)

@@ -588,15 +588,6 @@ def test_image_constants_must_give_a_finite_scale_and_bias(om):
         om.GainOffset(3.5e38, 0.0)
 
 
-def test_old_and_new_global_step_names_together_are_refused(om):
-    """§1 naming: giving the first global step under both its name and its deprecated name is
-    a TypeError, not a silent choice of one of them."""
-    ds = om.SyntheticLineImages(8, height=2, min_width=2, max_width=3, seed=1)
-    loader = om.DataLoader(ds, om.SequentialSampler(8, 4), om.ImageBatchCollator(), seed=0)
-    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="both"):
-        loader.iter(start_g=1, start_step=1)
-
-
 def test_a_misaligned_view_of_sealed_storage_is_copied_into_a_sample(om):
     """Concern: memory safety (issue 13 class 5, alignment). A target that is a misaligned
     view of a dataset's sealed storage is read-only for good, but not aligned: a Sample

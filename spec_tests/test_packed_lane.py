@@ -20,9 +20,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import onemodel_cy as om
-from onemodel_cy._engine import _Engine
-from onemodel_cy._lane import LaneEngine
-from harness import assert_no_workers, batch_bits
+from onemodel_cy.workers.lane import LaneEngine
+from onemodel_cy.workers.threads import ThreadEngine
+from harness import assert_no_workers, batch_bits, wrap_build
 from pipeline_parts import PyDataset
 
 
@@ -87,23 +87,22 @@ class OwnGetSample(om.PackedImageDataset):
 
 
 def test_the_lane_serves_only_loaders_whose_every_build_can_take_it(tmp_path):
-    """§1 (engines): packed view, thread mode, no transform, no Python augmentation, the
-    loader's own build: the lane; otherwise the thread engine, with the same stream."""
+    """§1 (engines): packed view, thread mode, no transform, no Python augmentation (the
+    pipeline ``splits()``): the lane; otherwise the thread engine, with the same stream."""
     ds = write_pack(str(tmp_path), "gray8", 30, 1)
     cases = {
         "lane": (loader_of(ds, "shuffled", 4, 2, 3, "gain_offset", 1), LaneEngine),
-        "transform": (loader_of(ds, "shuffled", 4, 2, 3, "none", 1, transform=lambda s, rng: s), _Engine),
+        "transform": (loader_of(ds, "shuffled", 4, 2, 3, "none", 1, transform=lambda s, rng: s), ThreadEngine),
         "python augmentation": (om.DataLoader(ds, om.ShuffledSampler(30, 4, 3),
                                               om.ImageBatchCollator(augmentation=lambda image, rng: None),
-                                              seed=12, workers=2), _Engine),
-        "no packed view": (loader_of(PyDataset(ds), "shuffled", 4, 2, 3, "none", 1), _Engine),
+                                              seed=12, workers=2), ThreadEngine),
+        "no packed view": (loader_of(PyDataset(ds), "shuffled", 4, 2, 3, "none", 1), ThreadEngine),
     }
     cases["a subclass with its own get_sample"] = (loader_of(OwnGetSample(ds.path, 0.5, 0.25), "shuffled", 4, 2, 3,
-                                                             "none", 1), _Engine)
+                                                             "none", 1), ThreadEngine)
     replaced = loader_of(ds, "shuffled", 4, 2, 3, "none", 1)
-    build = replaced._build
-    replaced._build = lambda g, workspace: build(g, workspace)
-    cases["replaced _build"] = (replaced, _Engine)
+    wrap_build(replaced, lambda g, workspace, build: build(g, workspace))
+    cases["a pipeline that does not split"] = (replaced, ThreadEngine)
     for name, (loader, engine_type) in cases.items():
         reference = om.DataLoader(loader.dataset, loader.sampler, loader.collator, seed=12, workers=0,
                                   transform=loader.transform)

@@ -31,8 +31,8 @@ from harness import _guard  # noqa: F401  (autouse: no worker may outlive a test
 from harness import HERE, ROOT, Pipe, assert_no_workers, assert_same, finish, assert_stream_is_batch_at, drain, drain_ok
 from pipeline_parts import (DatasetBroke, DyingDataset, LockedDataset, PyDataset, RampDataset, StuckDataset,
                             TwoPartError, TwoPartFailing, UnloadableDataset)
-from onemodel_cy._shmring import Segment
-from onemodel_cy._taskboard import MAX_ENTRIES, TaskBoard, board_bytes
+from onemodel_cy.workers.shmring import Segment
+from onemodel_cy.workers.taskboard import MAX_ENTRIES, TaskBoard, board_bytes
 
 
 def _loader(dataset=None, workers=2, prefetch=2, sampler=None, **kw):
@@ -160,8 +160,8 @@ def _child_env():
 
 _CLAIMER = textwrap.dedent(r"""
     import os, sys
-    from onemodel_cy._shmring import Segment
-    from onemodel_cy._taskboard import TaskBoard
+    from onemodel_cy.workers.shmring import Segment
+    from onemodel_cy.workers.taskboard import TaskBoard
     fd, size, k = map(int, sys.argv[1:])
     board = TaskBoard(Segment(fd, size))
     sys.stdout.write("go\n"); sys.stdout.flush()

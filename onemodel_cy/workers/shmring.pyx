@@ -79,7 +79,7 @@ def new_memory_fd(nbytes):
 cdef class Segment:
     """One shared mapping of ``size`` bytes. ``fd`` stays open (to hand to another
     process) until ``close_fd()``; the mapping lives until the segment is collected.
-    (Its fields are declared in _shmring.pxd.)"""
+    (Its fields are declared in shmring.pxd.)"""
 
     def __cinit__(self):
         self.addr = NULL

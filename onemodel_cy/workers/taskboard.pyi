@@ -1,7 +1,7 @@
-# Type stubs for the compiled module onemodel_cy._taskboard (which process worker builds which step).
+# Type stubs for the compiled module onemodel_cy.workers.taskboard (which process worker builds which step).
 from typing import SupportsIndex, final
 
-from onemodel_cy._shmring import Segment
+from onemodel_cy.workers.shmring import Segment
 
 MAX_ENTRIES: int
 

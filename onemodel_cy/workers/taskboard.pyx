@@ -23,7 +23,7 @@ posts, revokes and frees; only workers claim.
 cimport cython
 from libc.stdint cimport int64_t
 
-from onemodel_cy._shmring cimport Segment
+from onemodel_cy.workers.shmring cimport Segment
 from onemodel_cy._validate cimport as_size
 
 cdef extern from *:
@@ -67,7 +67,7 @@ def board_bytes(entries):
 @cython.final
 @cython.auto_pickle(False)
 cdef class TaskBoard:
-    """A board over one shared :class:`~onemodel_cy._shmring.Segment` (see the module)."""
+    """A board over one shared :class:`~onemodel_cy.workers.shmring.Segment` (see the module)."""
     cdef Segment segment        # holds the mapping while the board lives
     cdef int64_t* words
     cdef readonly Py_ssize_t entries

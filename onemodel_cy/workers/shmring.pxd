@@ -1,6 +1,6 @@
 cimport cython
 
-# One mapping of anonymous shared memory (see _shmring.pyx); the task board maps its
+# One mapping of anonymous shared memory (see shmring.pyx); the task board maps its
 # segment through it.
 @cython.final
 cdef class Segment:

@@ -13,26 +13,24 @@ it takes next, under the GIL: the sampler's indices, the slot table (the fetch s
 worker takes the posted slot of the lowest step, writes the batch's columns and images
 into the block (``fill_batch``: the same code, with the same arguments, as the 0-worker
 route) and marks the slot done; the consumer hands the batch out once it is done. So
-the bytes are the 0-worker route's, whatever the timing.
+the bytes are the 0-worker route's, whatever the timing. Both halves are the
+pipeline's (``Pipeline.prepare`` and ``fill``, ``_pipeline.pyx``).
 
-Errors: a step whose preparation raises is built again by the loader's own ``_build``
-on the consumer, so its exception is the one every other route raises (a build that
-then succeeds is used as it is); it is raised at its step, and nothing after it is
-posted.
+Errors: a step whose preparation raises is built again by the pipeline's ``build`` on
+the consumer, so its exception is the one every other route raises (a build that then
+succeeds is used as it is); it is raised at its step, and nothing after it is posted.
 
 Waiting: a consumer whose step is not done, and a worker with nothing posted, spin
 without the GIL for up to ``SPIN_NS`` (yielding the core every microsecond or so), then
-sleep on a condition that is signalled only when someone sleeps on it: on this VM a
-signal to a sleeping thread costs the signalling thread 8-15 us (``benchmarks/
-lane_threads.c``). Memory a worker writes is never given back before the worker is
+sleep on a condition that is signalled only when someone sleeps on it: waking a
+sleeping thread costs the waker microseconds (docs/workers.md). Memory a worker writes is never given back before the worker is
 done with it: emptying the ring waits for the slots being built.
 
-Used by ``DataLoader`` in thread mode when every build can take this route
-(``lane_fits``); any step that cannot (the dataset's packed view refused) is built by
-``_build`` on the consumer instead.
+The registry chooses it in thread mode for a pipeline that ``splits()``; any step that
+cannot take the split (the dataset's packed view refused) is built by the pipeline's
+``build`` on the consumer instead.
 """
 cimport cython
-cimport numpy as cnp
 from cpython.exc cimport PyErr_CheckSignals
 from libc.stdlib cimport calloc, free
 
@@ -42,17 +40,14 @@ import time
 import warnings
 import weakref
 
-from onemodel_cy._typedefs cimport u64, i64
-from onemodel_cy._validate cimport as_index, as_u64
-from onemodel_cy._batch cimport BatchLayout, ImageBatch, batch_in_block
-from onemodel_cy._bufferpool cimport Block
+from onemodel_cy._typedefs cimport i64
+from onemodel_cy._batch cimport ImageBatch
 from onemodel_cy._bufferpool import PoolWindow
-from onemodel_cy._collate cimport SlotJob, Workspace, ImageBatchCollator, fill_batch
-from onemodel_cy._datasets cimport PackedImages, PackedSource
-from onemodel_cy._fetch cimport gather_packed
-from onemodel_cy._augment cimport AugmentKernel
+from onemodel_cy._collate cimport Workspace
+from onemodel_cy._pipeline cimport Pipeline, Prepared, fill
+from onemodel_cy.workers.window cimport StepWindow
 
-cnp.import_array()
+from onemodel_cy.workers.protocol import StuckWorkerWarning
 
 cdef extern from "lane.h":
     ctypedef struct pthread_mutex_t:
@@ -76,9 +71,8 @@ cdef extern from "lane.h":
     int sched_yield() nogil
 
 # How long a waiting thread spins before it sleeps: longer than a batch of 32 line
-# images takes (30-50 us), so that in steady state neither side sleeps
-# (benchmarks/lane_threads.c: 50 us took 2 workers from 1.28-1.41 x to 1.69-1.77 x
-# 0 workers at batch 32, against a consumer that slept at once).
+# images takes to fill, so that in steady state neither side sleeps (docs/workers.md,
+# "The packed lane", has the measurements behind the figure).
 SPIN_NS = 50_000
 cdef long long SPIN_NS_C = SPIN_NS
 
@@ -92,28 +86,7 @@ cdef enum:
 cdef struct LaneSlot:
     int state
     i64 g
-    const SlotJob* jobs
-    Py_ssize_t n, first_slot
-    char* data
-    BatchLayout layout
-    const AugmentKernel* kernel     # the collator's (the engine holds the collator while posted)
-    float pad
-    u64 seed, epoch, step
-
-
-def lane_fits(loader):
-    """Whether every build of ``loader`` can take the packed lane: thread mode, a dataset
-    whose packed view serves (not a subclass with its own ``get_sample``), no transform,
-    no Python augmentation, and the loader's own ``_build`` (not one a subclass or the
-    caller replaced: the lane would bypass it)."""
-    from onemodel_cy.loader import DataLoader
-    cdef PackedImages view
-    collator, dataset = loader.collator, loader.dataset
-    return (loader.worker_mode == "thread" and loader.transform is None
-            and type(loader)._build is DataLoader._build and "_build" not in vars(loader)
-            and isinstance(dataset, PackedSource) and (<PackedSource>dataset).packed_view(&view)
-            and isinstance(collator, ImageBatchCollator)
-            and not (<ImageBatchCollator>collator)._python_augmentation)
+    Prepared prepared       # its kernel is the collator's (the engine holds the pipeline)
 
 
 @cython.final
@@ -166,8 +139,7 @@ cdef class _Lane:
                 atomic_store(&slot.state, BUILDING)
                 atomic_store(&self.posted, self.posted - 1)
                 pthread_mutex_unlock(&self.mutex)
-                fill_batch(slot.jobs, slot.n, slot.data, &slot.layout, slot.kernel,
-                           slot.seed, slot.epoch, slot.step, slot.first_slot, slot.pad)
+                fill(&slot.prepared)
                 pthread_mutex_lock(&self.mutex)
                 atomic_store(&slot.state, DONE)
                 if self.consumer_sleeping:
@@ -291,9 +263,6 @@ cdef class _Lane:
         return answer
 
 
-
-from onemodel_cy import _engine
-
 # A waiting consumer checks for signals (Ctrl-C) this often.
 cdef long long SIGNAL_CHECK_NS = 50_000_000
 
@@ -302,55 +271,41 @@ cdef long long SIGNAL_CHECK_NS = 50_000_000
 cdef class LaneEngine:
     """A loader's lane: its worker threads and their ring; serves one stream at a time.
 
-    The interface of the thread engine (``_engine._Engine``): ``take``, ``skip``,
-    ``fits``, ``reposition``, ``park``, ``signal_close``, ``shutdown``, and ``threads``,
-    ``workers``, ``prefetch``, ``persistent``. Driven by the consumer's thread; ``shutdown``
-    may come from any thread. Holds the loader weakly, as the thread engine does, and
-    what the posted builds read (dataset, collator) strongly.
+    An engine of ``protocol.Engine``. Driven by the consumer's thread; ``shutdown`` may
+    come from any thread. Holds the loader weakly, as the thread engine does, and the
+    pipeline (what the posted fills read) strongly.
     """
-    cdef readonly str mode
     cdef readonly Py_ssize_t workers, prefetch
     cdef readonly bint persistent, closed
     cdef readonly list threads
-    cdef readonly object owner, window, lock
+    cdef readonly object owner, pool_window, lock
+    cdef readonly Pipeline pipeline
+    cdef readonly StepWindow window
     cdef readonly double join_timeout
     cdef _Lane lane
     cdef object _state                  # RLock over everything below
-    cdef object dataset, sampler, collator
-    cdef u64 seed64
-    cdef Py_ssize_t lo, hi              # this rank's slot range
     cdef list batches, workspaces, steps
     cdef dict errors                    # g -> the exception its build raised
-    cdef i64 next_take, next_post
-    cdef i64 local_claim, failed_at, limit      # -1: none
     cdef bint shut
     cdef object ended                   # set once shutdown is done
     cdef object __weakref__
 
-    def __init__(self, loader, workers, start, limit, local_first=True):
-        self.mode = "thread"
+    def __init__(self, loader, workers, start, limit):
         self.owner = weakref.ref(loader)
+        self.pipeline = loader._pipeline
         self.workers, self.prefetch = workers, loader.prefetch
         self.persistent = loader.persistent_workers
-        self.join_timeout = getattr(loader, "join_timeout", _engine.DEFAULT_JOIN_TIMEOUT)
+        self.join_timeout = loader.join_timeout
         self.lock = threading.Lock()
         self.ended = threading.Event()
         self._state = threading.RLock()
-        self.dataset, self.sampler, self.collator = loader.dataset, loader.sampler, loader.collator
-        self.seed64 = as_u64(loader.seed, "seed")
-        self.lo, self.hi = loader._slots
         self.lane = _Lane(self.prefetch)
         self.batches = [None] * self.prefetch
         self.steps = [-1] * self.prefetch
-        self.workspaces = [loader._workspace() for _ in range(self.prefetch)]
+        self.workspaces = [self.pipeline.workspace(loader.pacing) for _ in range(self.prefetch)]
         self.errors = {}
-        self.next_take = start
-        self.next_post = start + 1 if local_first else start
-        self.local_claim = start if local_first else -1
-        self.failed_at = -1
-        self.limit = -1 if limit is None else limit
-        self.window = PoolWindow.for_stream(self.collator.pool, self.prefetch, workers)
-        _engine._live_engines.add(self)
+        self.window = StepWindow(self.prefetch, start, limit, True)    # the consumer builds `start`
+        self.pool_window = PoolWindow.for_stream(self.pipeline.collator.pool, self.prefetch, workers)
         self.threads = [threading.Thread(target=self._run, name=f"onemodel_cy-worker-{k}", daemon=True)
                         for k in range(workers)]
         self.lane.expect(workers)
@@ -375,85 +330,50 @@ cdef class LaneEngine:
 
     # -- posting --------------------------------------------------------------------------
 
-    cdef i64 window_end(self):
-        cdef i64 end = self.next_take + self.prefetch
-        if self.limit >= 0:
-            end = min(end, self.limit)
-        if self.failed_at >= 0:
-            end = min(end, self.failed_at + 1)
-        return end
-
     cdef dispatch(self):
         """(Under _state.) Prepare and post every step of the window not yet posted."""
-        loader = self.owner()
-        if loader is None or self.closed:
+        if self.owner() is None or self.closed:
             return
-        while self.next_post < self.window_end():
-            self.prepare(loader, self.next_post)
-            self.next_post += 1
+        while self.window.has_room():
+            self.prepare(self.window.hand_out())
 
-    cdef prepare(self, loader, i64 g):
-        """Post step g to the workers; a step that cannot take the lane, or whose
-        preparation raises, is built by the loader's own route here (its exception is
-        then the one that route raises), and kept for its turn."""
+    cdef prepare(self, i64 g):
+        """Post step g to the workers; a step that cannot take the split, or whose
+        preparation raises, is built whole here (its exception is then the one every
+        route raises), and kept for its turn."""
         cdef Py_ssize_t k = g % self.prefetch
         cdef Workspace ws = self.workspaces[k]
+        cdef LaneSlot* slot = &self.lane.slots[k]
+        cdef bint baton = False
         try:
-            if self.post(g, k, ws):
+            batch = self.pipeline.prepare(g, ws, &slot.prepared)
+            if batch is not None:
+                try:
+                    self.pool_window.fit((<ImageBatch>batch).nbytes)
+                except BaseException:
+                    ws.let_go(slot.prepared.n, &baton)
+                    raise
+                slot.g = g
+                self.batches[k], self.steps[k] = batch, g
+                with nogil:
+                    self.lane.post(k)
                 return
         except KeyboardInterrupt:       # the consumer's own Ctrl-C, not the step's
             raise
         except BaseException:
             pass
         try:
-            batch = loader._build(g, ws)
-            self.window.fit(batch.nbytes)
+            batch = self.pipeline.build(g, ws)
+            self.pool_window.fit(batch.nbytes)
         except KeyboardInterrupt:
             raise
         except BaseException as error:  # delivered at its step, as the thread engine does
             self.errors[g] = error
-            if self.failed_at < 0 or g < self.failed_at:
-                self.failed_at = g
+            self.window.failed(g)
             return
+        slot.prepared.n = 0             # nothing of the workspace is held
         self.batches[k], self.steps[k] = batch, g
-        atomic_store(&self.lane.slots[k].state, DONE)
-
-    cdef bint post(self, i64 g, Py_ssize_t k, Workspace ws) except -1:
-        """The lane's part of ``DataLoader._build`` + ``build_batch`` for step g: the same
-        indices, slot table, layout and block; the workers then fill the block."""
-        cdef PackedImages view
-        if not (<PackedSource>self.dataset).packed_view(&view):
-            return False
-        epoch, step = divmod(g, self.sampler.steps_per_epoch)
-        count = self.sampler.indices_into(epoch, step, ws.indices)
-        cdef Py_ssize_t lo = self.lo, hi = as_index(min(self.hi, count), "stop")   # as build_batch checks it
-        if not 0 <= lo < hi <= ws.indices.shape[0]:
-            return False                # the loader's route says what is wrong
-        cdef u64 epoch64 = as_u64(epoch, "epoch"), step64 = as_u64(step, "step")
-        cdef ImageBatchCollator collator = self.collator
-        cdef Py_ssize_t shape[2]
-        cdef Py_ssize_t total_width
-        cdef bint baton = False
-        cdef LaneSlot* slot = &self.lane.slots[k]
-        collator.claim_workspace(ws)
-        try:
-            read = gather_packed(ws, &view, <const i64*>cnp.PyArray_DATA(ws.indices), lo, hi, shape)
-            (<PackedSource>self.dataset).pixels_read(read)
-            block = collator.plan(ws.jobs, hi - lo, shape[0], shape[1], &slot.layout, &total_width)
-            batch = batch_in_block(block, &slot.layout, epoch, step, g)
-            self.window.fit((<ImageBatch>batch).nbytes)
-        except BaseException:
-            ws.let_go(hi - lo, &baton)
-            raise
-        slot.g, slot.jobs, slot.n, slot.first_slot = g, ws.jobs, hi - lo, lo
-        slot.data = (<Block>block).data
-        slot.kernel = &collator._kernel
-        slot.pad = collator.pad_value
-        slot.seed, slot.epoch, slot.step = self.seed64, epoch64, step64
-        self.batches[k], self.steps[k] = batch, g
-        with nogil:
-            self.lane.post(k)
-        return True
+        atomic_store(&slot.state, DONE)
 
     # -- the consumer ---------------------------------------------------------------------
 
@@ -470,7 +390,7 @@ cdef class LaneEngine:
             self.dispatch()
             if self.steps[k] != g:
                 if g in self.errors:
-                    self.next_take = g + 1
+                    self.window.took(g)
                     raise self.errors.pop(g)
                 if self.owner() is None:
                     raise RuntimeError(f"the stream's DataLoader was collected: step {g} was never built")
@@ -491,7 +411,7 @@ cdef class LaneEngine:
             if answer == 0:
                 raise TimeoutError(f"no batch for step {g} after {timeout} s (DataLoader timeout)")
             batch = self.hand_out(k)
-            self.next_take = g + 1
+            self.window.took(g)
             self.dispatch()
         return batch
 
@@ -500,13 +420,12 @@ cdef class LaneEngine:
         workspace are free again."""
         cdef bint baton = False
         batch, self.batches[k], self.steps[k] = self.batches[k], None, -1
-        (<Workspace>self.workspaces[k]).let_go(self.lane.slots[k].n, &baton)
+        (<Workspace>self.workspaces[k]).let_go(self.lane.slots[k].prepared.n, &baton)
+        self.lane.slots[k].prepared.n = 0
         self.lane.release(k)
         return batch
 
     def idle(self):
-        """True when every worker sleeps, with no step posted or being filled (the state of
-        a parked engine once its last posted steps are done; tests check it)."""
         cdef bint answer
         with nogil:
             answer = self.lane.idle()
@@ -519,62 +438,36 @@ cdef class LaneEngine:
         names = ("empty", "posted", "building", "done")
         with self._state:
             return ([(self.steps[k], names[atomic_load(&self.lane.slots[k].state)]) for k in range(self.prefetch)],
-                    self.next_take)
+                    self.window.next_take)
 
     def skip(self, g):
-        """The consumer built step g, claimed for it, itself: move the window on."""
         with self._state:
-            if self.local_claim != g:
-                return
-            self.local_claim = -1
-            self.next_take = g + 1
-            self.next_post = max(self.next_post, g + 1)
-            self.dispatch()
+            if self.window.skip(g):
+                self.dispatch()
 
-    def fits(self, workers, prefetch):
-        loader = self.owner()
+    def fits(self, loader, workers):
         with self._state:
-            return (not self.closed and loader is not None and lane_fits(loader)
-                    and workers == self.workers == self.lane.alive and prefetch == self.prefetch)
+            return (not self.closed and loader.worker_mode == "thread" and loader._pipeline is self.pipeline
+                    and self.pipeline.splits() and workers == self.workers == self.lane.alive
+                    and loader.prefetch == self.prefetch)
 
     def reposition(self, start, limit):
-        """Serve steps [start, limit) (as ``_Engine.reposition``): keep what was built when
-        already at ``start``, else empty the ring and move. Returns True when ``start``
-        was posted to no worker: it is then claimed for the consumer to build."""
         with self._state:
-            if start != self.next_take:
-                self.drop(start)
-            local = self.next_post == start and self.failed_at < 0
-            if local:
-                self.next_post, self.local_claim = start + 1, start
-            self.limit = -1 if limit is None else limit
-            if self.failed_at >= 0:
-                self.limit = self.failed_at + 1 if limit is None else min(limit, self.failed_at + 1)
+            local = self.window.reposition(start, limit, self.drop)
             self.dispatch()
         return local
 
     def park(self, next_g, keep_prefetching):
-        """The stream closed at ``next_g`` (as ``_Engine.park``): keep what was built for a
-        stream resuming there; a completed epoch pass goes on posting, any other stream's
-        steps stop at what was posted; a step claimed for the consumer but not built, or a
-        stream that stopped elsewhere, empties the ring."""
         with self._state:
-            if self.local_claim >= 0 or next_g != self.next_take:
-                self.drop(next_g)
-            if keep_prefetching:
-                self.limit = -1 if self.failed_at < 0 else self.failed_at + 1
-            elif self.failed_at < 0:
-                self.limit = self.next_post
+            self.window.park(next_g, keep_prefetching, self.drop)
             self.dispatch()
 
-    cdef drop(self, i64 start):
+    def drop(self, start):
         """(Under _state.) Empty the ring (waiting for the slots being filled) and stand at ``start``."""
         with nogil:
             self.lane.empty()
         self.release_all()
-        self.next_take = self.next_post = start
-        self.local_claim = -1
-        self.failed_at = -1
+        self.window.moved(start)
 
     cdef release_all(self):
         """(Under _state; no slot being filled.) Close every batch the ring holds."""
@@ -586,13 +479,11 @@ cdef class LaneEngine:
         self.errors.clear()
 
     def signal_close(self):
-        """Mark closed and wake every waiter (interpreter exit: workers end, a waiting
-        consumer stops). The ring's batches are closed by ``shutdown``, once no worker
-        writes them."""
+        """Mark closed and wake every waiter (workers end, a waiting consumer stops). The
+        ring's batches are closed by ``shutdown``, once no worker writes them."""
         self.closed = True
         with nogil:
             self.lane.close()
-        return []
 
     def shutdown(self):
         """End the workers: wake them, join them (a fill takes microseconds to
@@ -618,7 +509,7 @@ cdef class LaneEngine:
             if stuck:
                 warnings.warn(f"onemodel_cy: {stuck} still filling a batch {self.join_timeout} s after close() "
                               f"(DataLoader join_timeout); they end when that fill is done",
-                              _engine.StuckWorkerWarning, stacklevel=3)
+                              StuckWorkerWarning, stacklevel=3)
                 return
             with self._state:
                 with nogil:

@@ -1,9 +1,9 @@
 """The body of one worker process (``worker_mode="process"``, §1).
 
-A worker receives the pipeline once (pickled: dataset, sampler, collator settings,
-transform, seed, rank), rebuilds a 0-worker :class:`DataLoader` of it, and then takes
-steps from the engine's task board (``_taskboard``: the posted step with the lowest
-global step, whichever worker is free first) until the board says stop.
+A worker receives the pipeline once (a pickled ``_pipeline.Pipeline``), gives it a
+collator that rents its batches from shared memory, and then takes steps from the
+engine's task board (``taskboard``: the posted step with the lowest global step,
+whichever worker is free first) until the board says stop.
 
 Its socket carries the rest, in order:
 
@@ -15,8 +15,8 @@ Its socket carries the rest, in order:
   learns that its consumer is gone, killed or not: it then exits, leaving nothing behind
   (its segments have no names).
 
-A step is built with the loader's own ``_build`` (the very function of thread and
-0-worker streams, so the bytes are the same) straight into its slot's segment and
+A step is built with the pipeline's ``build`` (the very function of thread and 0-worker
+streams, so the bytes are the same) straight into its slot's segment and
 answered ``("done", task, dims)``; when the batch does not fit the segment it is built in
 private memory, copied once into a new, larger segment (at least ``hint`` bytes, the
 largest batch the stream has seen) whose descriptor follows ``("grown", task, dims,
@@ -49,17 +49,6 @@ def _error_payload(exc):
     return blob, kind, str(exc), text
 
 
-def _rebuild_loader(payload, pool):
-    """The worker's own 0-worker DataLoader of the pipeline, batches rented from ``pool``."""
-    from onemodel_cy._collate import ImageBatchCollator
-    from onemodel_cy.loader import DataLoader
-    parts = pickle.loads(payload)
-    c = parts["collator"]
-    collator = ImageBatchCollator(c.width_multiple, c.pad_value, c.augmentation, pool=pool)
-    return DataLoader(parts["dataset"], parts["sampler"], collator, seed=parts["seed"],
-                      transform=parts["transform"], rank=parts["rank"], world_size=parts["world_size"])
-
-
 # glibc's mallopt parameters (malloc.h).
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 
@@ -69,11 +58,9 @@ def _keep_freed_memory():
     back to the kernel after every batch.
 
     A fresh process starts at glibc's lowest thresholds (128 KiB): every batch's decoded
-    images and numpy temporaries are then mapped, freed, unmapped and faulted in again.
-    Measured on the Python-heavy benchmark set (benchmarks/bench_workers.py, "small"): a
-    worker took 184,513 page faults over 1,050 batches, 41,035 with these thresholds
-    (0 workers in the consumer: 26,548), and its CPU per batch fell by 4-15 % in three paired runs. Allocations
-    above 16 MiB are still mapped and returned at once. No effect where malloc is not
+    images and numpy temporaries are then mapped, freed, unmapped and faulted in again
+    (docs/workers.md, "Worker processes", has the page faults measured with and without).
+    Allocations above 16 MiB are still mapped and returned at once. No effect where malloc is not
     glibc's (the call is missing) or is replaced (a sanitizer's)."""
     import ctypes
     try:
@@ -94,7 +81,7 @@ def send(conn, sock, message, fds=()):
 
 def _mapped(fd, size):
     """The segment a received descriptor names, mapped (the descriptor itself is closed)."""
-    from onemodel_cy._shmring import Segment
+    from onemodel_cy.workers.shmring import Segment
     segment = Segment(fd, size)
     segment.close_fd()
     return segment
@@ -135,7 +122,7 @@ class _Channel:
 
 def _open_board(channel):
     """The board and doorbell the consumer sends first: (board, k, doorbell)."""
-    from onemodel_cy._taskboard import TaskBoard
+    from onemodel_cy.workers.taskboard import TaskBoard
     _, k, size = channel.conn.recv()
     _, fds, _, _ = socket.recv_fds(channel.sock, 1, 2)
     board_fd, doorbell = fds
@@ -174,8 +161,7 @@ def main(conn, payload):
     # Ctrl-C reaches the whole process group: the consumer decides, and closes us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _keep_freed_memory()
-    from onemodel_cy._collate import Workspace
-    from onemodel_cy._shmring import Segment, ShmPool, copy_block
+    from onemodel_cy.workers.shmring import Segment, ShmPool, copy_block
     channel = _Channel(conn)
     try:
         board, k, doorbell = _open_board(channel)
@@ -183,11 +169,11 @@ def main(conn, payload):
         return      # the consumer is gone
     pool = ShmPool()
     try:
-        loader = _rebuild_loader(payload, pool)
+        pipeline = pickle.loads(payload).with_pool(pool)
     except BaseException as exc:
         conn.send(("fatal", _error_payload(exc)))
         return
-    workspace = Workspace(loader.sampler.batch_size, None)
+    workspace = pipeline.workspace()
     poller = select.poll()
     for fd in (doorbell, conn.fileno()):
         poller.register(fd, select.POLLIN)
@@ -200,7 +186,7 @@ def main(conn, payload):
                 return
             pool.aim(segment)
             try:
-                batch = loader._build(g, workspace)
+                batch = pipeline.build(g, workspace)
             except BaseException as exc:
                 conn.send(("error", task, _error_payload(exc)))
                 continue

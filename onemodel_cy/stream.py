@@ -1,25 +1,23 @@
 """§1 streams: ``BatchStream``, the iterator a training loop consumes.
 
-A stream walks global steps ``[start_g, stop_g)`` in order. It builds a step itself (0
-workers, or the first step while threads start) or takes it from the worker engine of
-``_engine.py`` (threads) or ``_procs.py`` (processes), which it acquires from the loader
-when it starts and gives back (parked) or ends when it closes. See ``_engine.py`` for the
-ring discipline and the engine's lifetime.
+A stream walks global steps ``[start_g, stop_g)`` in order. It builds a step itself with
+the loader's pipeline (0 workers, or the first step while workers start) or takes it from
+a worker engine (``onemodel_cy.workers``: threads, the packed lane or processes), which it
+acquires from the loader when it starts and gives back (parked) or ends when it closes.
+``workers/registry.py`` tells an engine's lifetime, ``workers/window.py`` its window.
 """
 from __future__ import annotations
 
 import threading
-import warnings
 from typing import TYPE_CHECKING, Any
 
-from onemodel_cy._engine import (DEFAULT_JOIN_TIMEOUT, StuckWorkerWarning, _fits, acquire_engine,  # noqa: F401
-                                 close_engines, discard_idle_engine, release_engine)
 from onemodel_cy._validate import check_integer
+from onemodel_cy.workers.registry import acquire_engine, discard_idle_engine, release_engine
 
 if TYPE_CHECKING:
     from onemodel_cy._batch import ImageBatch
 
-__all__ = ["BatchStream", "StuckWorkerWarning"]
+__all__ = ["BatchStream"]
 
 
 class BatchStream:
@@ -57,7 +55,7 @@ class BatchStream:
         if start != self._local:          # a pending local first step stays the consumer's
             self._local = None
         if self._workspace is None:
-            self._workspace = self.loader._workspace()
+            self._workspace = self.loader._pipeline.workspace(self.loader.pacing)
         workers = self.loader._stream_workers()
         if workers == 0:
             self._engine = self._local = None
@@ -66,7 +64,7 @@ class BatchStream:
         # A pass of `for batch in loader` prefetches past its end: the next pass adopts those.
         limit = None if self._epoch_pass and self.loader.persistent_workers else self.stop_g
         engine = self._engine
-        if engine is not None and _fits(engine, self.loader, workers):
+        if engine is not None and engine.fits(self.loader, workers):
             if engine.reposition(start, limit):
                 self._local = start
         else:
@@ -106,11 +104,10 @@ class BatchStream:
                     self._local = None
                 self._taking = engine is not None and not local
             try:
-                if engine is None:
-                    batch = self.loader._build(g, self._workspace)
-                elif local:
-                    batch = self.loader._build(g, self._workspace)
-                    engine.skip(g)
+                if engine is None or local:
+                    batch = self.loader._pipeline.build(g, self._workspace)
+                    if local:
+                        engine.skip(g)
                 else:
                     batch = engine.take(g, self.loader.timeout)
             finally:
@@ -160,13 +157,6 @@ class BatchStream:
         except Exception:
             pass
 
-    @property
-    def next_step(self) -> int:
-        """Deprecated name of ``next_g`` (the global step, not a step in the epoch)."""
-        warnings.warn("BatchStream.next_step is deprecated: use next_g (the global step)",
-                      DeprecationWarning, stacklevel=2)
-        return self.next_g
-
     def state_dict(self) -> "dict[str, Any]":
         """The whole resume state: the next global step, and the pipeline it belongs to
         (the form of ``DataLoader.state_dict()``)."""
@@ -175,8 +165,7 @@ class BatchStream:
     def load_state_dict(self, state: "dict[str, Any]") -> None:
         """Continue from ``state["next_g"]``; refuses a state saved by a different pipeline,
         accepts one saved at another world size, worker count or prefetch (elastic resume,
-        see ``DataLoader.load_state_dict``). (A state saved before the rename, with
-        ``"next_step"``, is read the same way.)"""
+        see ``DataLoader.load_state_dict``)."""
         start = self.loader._checked_next_g(state)
         if self.stop_g is not None and start > self.stop_g:
             raise ValueError(f"next_g {start} lies beyond this stream's stop_g {self.stop_g}")

@@ -1,4 +1,4 @@
-# Type stubs for the compiled module onemodel_cy._shmring (process workers' shared ring).
+# Type stubs for the compiled module onemodel_cy.workers.shmring (process workers' shared ring).
 from typing import SupportsIndex, final
 
 from onemodel_cy._batch import ImageBatch

@@ -1,0 +1,79 @@
+"""§1 what every worker engine answers: the ``Engine`` protocol, and what engines share.
+
+A stream (``onemodel_cy.stream.BatchStream``) drives one engine at a time; the registry
+(``registry.py``) chooses, keeps and ends them. Three engines implement the protocol:
+
+* ``threads.ThreadEngine``: worker threads running the pipeline's ``build``;
+* ``lane.LaneEngine``: the packed lane, for a pipeline that ``splits()``: the consumer
+  prepares each step, worker threads fill it without the GIL;
+* ``processes.ProcessEngine``: worker processes (``worker_mode="process"``) building into
+  shared memory from a task board.
+
+Each owns a :class:`~onemodel_cy.workers.window.StepWindow` (which steps, in what order)
+and adds only its mechanism (who builds, where a batch lives, how a waiter wakes).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import weakref
+
+    from onemodel_cy._batch import ImageBatch
+    from onemodel_cy._pipeline import Pipeline
+    from onemodel_cy.workers.window import StepWindow
+
+__all__ = ["Engine", "StuckWorkerWarning", "DEFAULT_JOIN_TIMEOUT"]
+
+DEFAULT_JOIN_TIMEOUT = 10.0  # seconds, in all, to wait for workers finishing the batches they build
+                             # (DataLoader's join_timeout)
+
+
+class StuckWorkerWarning(UserWarning):
+    """A worker was still inside dataset, transform or augmentation code (or a fill) when
+    closing its stream stopped waiting for it (``DataLoader(join_timeout=...)``). A
+    ``UserWarning``, so Python shows it by default (a ``ResourceWarning`` would be hidden)."""
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """A loader's workers and the ring they fill; serves one stream at a time.
+
+    Driven by the consumer's thread; ``shutdown`` (and ``signal_close``) may come from any
+    thread. Holds its loader weakly (``owner``), so a dropped loader is collected and ends
+    its engines.
+    """
+
+    workers: int            # how many workers it was started with
+    prefetch: int           # the window's depth
+    persistent: bool        # parked between streams (persistent_workers) rather than ended
+    owner: "weakref.ref[Any]"
+    pipeline: "Pipeline"
+    window: "StepWindow"
+    threads: list           # its worker threads or processes (for repr and the tests)
+
+    def fits(self, loader: Any, workers: int) -> bool:
+        """Whether it can serve ``loader``'s next stream with ``workers`` workers: the
+        same pipeline, kind, worker count and prefetch, every worker alive."""
+
+    def take(self, g: int, timeout: "float | None") -> "ImageBatch":
+        """Step ``g``'s batch, waiting for it; raises its build's exception, StopIteration
+        once closed, TimeoutError after ``timeout`` seconds (None: wait while a worker lives)."""
+
+    def skip(self, g: int) -> None:
+        """The consumer built step ``g``, claimed for it, itself: move the window on."""
+
+    def reposition(self, start: int, limit: "int | None") -> bool:
+        """Serve steps ``[start, limit)``; True when ``start`` is the consumer's to build."""
+
+    def park(self, next_g: int, keep_prefetching: bool) -> None:
+        """The stream closed at ``next_g``: keep what was built for a stream resuming there."""
+
+    def idle(self) -> bool:
+        """Every live worker waits for a step, with nothing handed out or being built."""
+
+    def signal_close(self) -> None:
+        """Mark closed and wake every waiter, without waiting (interpreter exit)."""
+
+    def shutdown(self) -> None:
+        """End the workers and wait for them a bounded time (idempotent)."""

@@ -1,0 +1,82 @@
+"""§1 which engine a stream gets, the engine a loader keeps between streams, and their ends.
+
+Engines belong to the loader, not to one stream (``persistent_workers=True``, the
+default). A stream that closes hands its engine back (``release_engine``): it is parked
+in ``loader._idle_engine`` with whatever it built for the stream's next steps; the next
+stream adopts it (``acquire_engine``), repositioned when it starts elsewhere. A stream
+that ends in an error ends its engine. ``loader.close()`` (``close_engines``), collecting
+the loader, and interpreter exit end them all.
+"""
+from __future__ import annotations
+
+import atexit
+import threading
+import weakref
+
+from onemodel_cy.workers.lane import LaneEngine
+from onemodel_cy.workers.processes import ProcessEngine
+from onemodel_cy.workers.threads import ThreadEngine
+
+__all__ = ["engine_class", "acquire_engine", "release_engine", "discard_idle_engine", "close_engines"]
+
+_live_engines: "weakref.WeakSet" = weakref.WeakSet()
+_handover = threading.Lock()     # guards every loader's ``_idle_engine``
+
+
+@atexit.register
+def _close_all_engines():
+    for engine in list(_live_engines):
+        engine.signal_close()
+
+
+def engine_class(loader):
+    """Process workers when asked for; else the packed lane when every build of the
+    pipeline can take its GIL-free split; else thread workers."""
+    if loader.worker_mode == "process":
+        return ProcessEngine
+    if loader._pipeline.splits():
+        return LaneEngine
+    return ThreadEngine
+
+
+def acquire_engine(loader, workers, start, limit):
+    """An engine for a stream of steps [start, limit), and whether the consumer builds
+    ``start`` itself: the loader's idle engine (adopted, or repositioned when it stands
+    elsewhere), else a new one, whose first step the consumer builds while its workers start."""
+    with _handover:
+        engine, loader._idle_engine = loader._idle_engine, None
+    if engine is not None:
+        if engine.fits(loader, workers):
+            return engine, engine.reposition(start, limit)
+        engine.shutdown()
+    engine = engine_class(loader)(loader, workers, start, limit)
+    _live_engines.add(engine)
+    return engine, True
+
+
+def release_engine(loader, engine, next_g, completed_pass):
+    """Park ``engine`` in the loader for the next stream, or end it: when it is not
+    persistent, when the loader already keeps one, or when it no longer fits the
+    loader's settings."""
+    with _handover:
+        if engine.persistent and loader._idle_engine is None and engine.fits(loader, engine.workers):
+            engine.park(next_g, keep_prefetching=completed_pass)
+            loader._idle_engine = engine
+            return
+    engine.shutdown()
+
+
+def discard_idle_engine(loader):
+    """End the engine ``loader`` keeps parked, if any."""
+    with _handover:
+        idle, loader._idle_engine = loader._idle_engine, None
+    if idle is not None:
+        idle.shutdown()
+
+
+def close_engines(loader):
+    """End every engine of ``loader``: the idle one and those of its open streams."""
+    discard_idle_engine(loader)
+    for engine in list(_live_engines):
+        if engine.owner() is loader:
+            engine.shutdown()

@@ -1,0 +1,142 @@
+"""§1 the step window: which steps an engine may have built, and in what order it hands them out.
+
+One object per engine, the same for the thread workers, the packed lane and the worker
+processes; each engine adds only its mechanism (who builds, where the batch lives, how a
+waiter wakes). The window is the range of global steps ``[next_take, end())``:
+
+* ``next_take``: the step the consumer takes next; ``next_out``: the next step to hand
+  to a worker. Steps are handed out in order, at most ``prefetch`` ahead of
+  ``next_take``, so step ``g`` can own ring slot ``g % prefetch``.
+* ``limit``: hand out nothing at or past it (None: endless), the stream's ``stop_g``
+  or, once a stream parked, where it stopped handing out.
+* ``failed_at``: the lowest step whose build raised; nothing past it is handed out, so
+  the stream ends at that step with its error.
+* ``local``: a step claimed for the consumer to build itself (the first step of a new
+  or repositioned engine, built while no worker has it yet); ``skip`` moves past it.
+
+``reposition`` (a stream starts) and ``park`` (a stream closed) are the two moves of a
+kept engine. When the window must move elsewhere, they call the engine's ``drop(start)``,
+which empties the engine's own ring and then calls ``moved(start)``. Not thread-safe:
+each engine calls it under its own lock.
+"""
+from onemodel_cy._typedefs cimport i64
+
+
+cdef class StepWindow:
+    """The window of an engine serving steps from ``start``; ``local_first``: the consumer
+    builds ``start`` itself (a new engine, whose workers are not running yet)."""
+
+    def __init__(self, prefetch, start, limit, local_first):
+        if prefetch < 1 or start < 0:
+            raise ValueError(f"need prefetch >= 1 and start >= 0, received prefetch={prefetch}, start={start}")
+        self.prefetch = prefetch
+        self._next_take = start
+        self._next_out = start + 1 if local_first else start
+        self._local = start if local_first else -1
+        self._limit = -1 if limit is None else limit
+        self._failed_at = -1
+
+    @property
+    def next_take(self):
+        """The step the consumer takes next."""
+        return self._next_take
+
+    @property
+    def next_out(self):
+        """The next step to hand to a worker."""
+        return self._next_out
+
+    @property
+    def local(self):
+        """The step claimed for the consumer to build itself, or None."""
+        return None if self._local < 0 else self._local
+
+    @property
+    def limit(self):
+        """Nothing at or past it is handed out (None: endless)."""
+        return None if self._limit < 0 else self._limit
+
+    @property
+    def failed_at(self):
+        """The lowest step whose build raised, or None."""
+        return None if self._failed_at < 0 else self._failed_at
+
+    cpdef i64 end(self):
+        """One past the last step that may be handed out now."""
+        cdef i64 end = self._next_take + self.prefetch
+        if self._limit >= 0 and self._limit < end:
+            end = self._limit
+        if self._failed_at >= 0 and self._failed_at + 1 < end:
+            end = self._failed_at + 1
+        return end
+
+    cpdef bint has_room(self):
+        """Whether ``next_out`` may be handed out now."""
+        return self._next_out < self.end()
+
+    cpdef i64 hand_out(self) except -1:
+        """The next step to build (the caller checked ``has_room``)."""
+        cdef i64 g = self._next_out
+        self._next_out = g + 1
+        return g
+
+    cpdef bint exhausted(self):
+        """Every step before the limit is handed out and none failed: a bounded stream's
+        workers that are not kept between streams may end."""
+        return self._limit >= 0 and self._next_out >= self._limit and self._failed_at < 0
+
+    cpdef void took(self, i64 g):
+        """The consumer took step ``g`` (its batch, or its error)."""
+        self._next_take = g + 1
+
+    cpdef void failed(self, i64 g):
+        """Step ``g``'s build raised: the stream ends there."""
+        if self._failed_at < 0 or g < self._failed_at:
+            self._failed_at = g
+
+    cpdef bint skip(self, i64 g):
+        """The consumer built step ``g``, claimed for it, itself: move on. False when that
+        claim is gone (the stream was closed meanwhile from another thread)."""
+        if self._local != g:
+            return False
+        self._local = -1
+        self._next_take = g + 1
+        if self._next_out < g + 1:
+            self._next_out = g + 1
+        return True
+
+    cpdef void moved(self, i64 start):
+        """The engine emptied its ring: the window stands at ``start``, nothing handed out."""
+        self._next_take = self._next_out = start
+        self._local = -1
+        self._failed_at = -1
+
+    def reposition(self, start, limit, drop):
+        """Serve a stream of steps ``[start, limit)``: keep what was built when already at
+        ``start``, else ``drop(start)``. True when no worker has ``start`` yet: it is then
+        claimed for the consumer to build (its first batch waits for no worker)."""
+        if start != self._next_take:
+            drop(start)
+        local = self._next_out == start and self._failed_at < 0
+        if local:
+            self._next_out = start + 1
+            self._local = start
+        self._limit = -1 if limit is None else limit
+        return local
+
+    def park(self, next_g, keep_prefetching, drop):
+        """The stream closed at ``next_g``: keep what was built for a stream resuming there.
+        A completed epoch pass goes on handing out (its next steps are known); any other
+        stream's steps stop at what was handed out. A step claimed for the consumer but
+        not delivered would leave a hole no worker fills, and a stream that stopped
+        elsewhere left the window behind: both ``drop(next_g)``."""
+        if self._local >= 0 or next_g != self._next_take:
+            drop(next_g)
+        if keep_prefetching:
+            self._limit = -1
+        elif self._failed_at < 0:
+            self._limit = self._next_out
+
+    def __repr__(self):
+        return (f"StepWindow(next_take={self.next_take}, next_out={self.next_out}, local={self.local}, "
+                f"limit={self.limit}, failed_at={self.failed_at}, prefetch={self.prefetch})")

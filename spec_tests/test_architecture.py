@@ -1,0 +1,175 @@
+"""Concern: the package's structure (docs/architecture.md); §1 the step window every engine shares.
+
+* The import graph of the package's own modules has no cycle, lazy imports included
+  (``import_graph.py``, which also runs as a command).
+* ``import onemodel_cy`` loads neither the conformance checker nor its replay.
+* The three worker engines answer one protocol (``workers/protocol.py``): every member,
+  on a live engine of each kind.
+* The window (``workers/window.pyx``): steps are handed out in order, never past the
+  consumer's step plus ``prefetch``, the limit, or a failed step; moves behave as §1 says.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import onemodel_cy as om
+import import_graph
+from harness import _guard  # noqa: F401  (autouse: no worker may outlive a test)
+from harness import assert_no_workers
+from onemodel_cy.workers.lane import LaneEngine
+from onemodel_cy.workers.processes import ProcessEngine
+from onemodel_cy.workers.protocol import Engine
+from onemodel_cy.workers.threads import ThreadEngine
+from onemodel_cy.workers.window import StepWindow
+from pipeline_parts import PyDataset
+
+
+def test_the_import_graph_has_no_cycle():
+    edges = import_graph.graph(import_graph_root())
+    assert "onemodel_cy.workers.registry" in edges and edges["onemodel_cy.stream"], "the graph read nothing"
+    assert import_graph.cycles(edges) == []
+
+
+def test_the_import_graph_finds_a_cycle_hidden_in_a_function(tmp_path):
+    """The checker itself: a lazy import that closes a loop is a cycle."""
+    package = tmp_path / "onemodel_cy"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from onemodel_cy.b import thing\n")
+    (package / "b.py").write_text("def thing():\n    from onemodel_cy import a\n    return a\n")
+    assert import_graph.cycles(import_graph.graph(str(tmp_path))) == [["onemodel_cy.a", "onemodel_cy.b"]]
+
+
+def import_graph_root():
+    import os
+    return os.path.dirname(os.path.dirname(os.path.abspath(om.__file__)))
+
+
+def test_importing_the_package_leaves_the_checker_out():
+    code = ("import sys, onemodel_cy; print(sorted(m for m in sys.modules if m.startswith("
+            "('onemodel_cy.conformance.checker', 'onemodel_cy.conformance.replay'))))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]", loaded
+
+
+MEMBERS = [name for name in dir(Engine) if not name.startswith("_")] + list(Engine.__annotations__)
+
+
+@pytest.mark.parametrize("kind", ["thread", "lane", "process"])
+def test_every_engine_answers_the_protocol(kind):
+    ds = om.SyntheticLineImages(24, 3, 1, 9, seed=4)
+    dataset = PyDataset(ds) if kind == "thread" else ds
+    loader = om.DataLoader(dataset, om.ShuffledSampler(24, 4, 2), om.ImageBatchCollator(), seed=5, workers=2,
+                           worker_mode="process" if kind == "process" else "thread")
+    expected = {"thread": ThreadEngine, "lane": LaneEngine, "process": ProcessEngine}[kind]
+    with loader.iter(0, 3) as stream:
+        list(stream)
+    engine = loader._idle_engine
+    assert type(engine) is expected
+    assert isinstance(engine, Engine)
+    missing = [name for name in MEMBERS if not hasattr(engine, name)]
+    assert not missing, f"{expected.__name__} lacks {missing}"
+    assert engine.fits(loader, 2) and not engine.fits(loader, 3)
+    assert isinstance(engine.window, StepWindow) and engine.pipeline is loader._pipeline
+    loader.close()
+    assert_no_workers()
+
+
+# ---------------------------------------------------------------- the window
+
+operations = st.lists(st.one_of(
+    st.tuples(st.just("hand_out"), st.integers(0, 3)),
+    st.tuples(st.just("take"), st.integers(0, 3)),
+    st.tuples(st.just("fail"), st.integers(0, 6)),
+    st.tuples(st.just("skip"), st.just(0)),
+    st.tuples(st.just("reposition"), st.integers(0, 40), st.one_of(st.none(), st.integers(0, 50))),
+    st.tuples(st.just("park"), st.booleans()),
+), max_size=60)
+
+
+@settings(max_examples=300, deadline=None)
+@given(prefetch=st.integers(1, 5), start=st.integers(0, 20), limit=st.one_of(st.none(), st.integers(0, 40)),
+       ops=operations)
+def test_the_window_hands_out_steps_in_order_and_inside_its_bounds(prefetch, start, limit, ops):
+    """§1: an engine builds only steps in [next_take, next_take + prefetch), before the limit,
+    and none past a failed step; one move of the window later, it hands out from its new
+    position on, in order, skipping only the step claimed for the consumer."""
+    window = StepWindow(prefetch, start, limit, True)
+    assert (window.local, window.next_out, window.next_take) == (start, start + 1, start)
+    handed = []         # handed out since the last move, in order, with the local step first
+    drops = []
+    expect_next = start + 1
+
+    def drop(at):
+        drops.append(at)
+        window.moved(at)
+
+    for op in ops:
+        if op[0] == "hand_out":
+            for _ in range(op[1]):
+                if not window.has_room():
+                    break
+                g = window.hand_out()
+                assert g == expect_next, f"handed out {g}, expected {expect_next}"
+                assert window.next_take <= g < window.next_take + prefetch
+                assert window.limit is None or g < window.limit
+                assert window.failed_at is None or g <= window.failed_at
+                expect_next = g + 1
+                handed.append(g)
+        elif op[0] == "take":
+            for _ in range(op[1]):
+                g = window.next_take
+                if g >= window.next_out or g == window.local:
+                    break           # not built yet, or the consumer's own (skip)
+                window.took(g)
+        elif op[0] == "fail":
+            if window.next_out > window.next_take:
+                g = window.next_take + op[1] % (window.next_out - window.next_take)
+                window.failed(g)
+                assert window.failed_at <= g
+                assert window.end() <= window.failed_at + 1
+        elif op[0] == "skip":
+            local = window.local
+            assert window.skip(-5) is False
+            if local is not None:
+                assert window.skip(local) and window.next_take == local + 1 and window.local is None
+        elif op[0] == "reposition":
+            _, at, new_limit = op
+            before = (window.next_take, window.next_out, window.failed_at)
+            drops.clear()
+            local = window.reposition(at, new_limit, drop)
+            assert drops == ([] if at == before[0] else [at])
+            assert window.limit == new_limit
+            if local:
+                assert window.local == at and window.next_out == at + 1
+            else:
+                assert drops == [] and (window.next_out != at or window.failed_at is not None)
+            expect_next = window.next_out
+        else:
+            keep = op[1]
+            at = window.next_take
+            local_before, out_before, failed_before = window.local, window.next_out, window.failed_at
+            drops.clear()
+            window.park(at, keep, drop)
+            assert drops == ([at] if local_before is not None else [])
+            if keep:
+                assert window.limit is None
+            elif (failed_before if not drops else None) is None:
+                assert window.limit == (at if drops else out_before)
+            expect_next = window.next_out
+        assert window.next_take <= window.next_out or window.local == window.next_take - 1
+
+
+def test_a_window_refuses_what_no_stream_has():
+    with pytest.raises(ValueError, match="prefetch"):
+        StepWindow(0, 0, None, True)
+    with pytest.raises(ValueError, match="start"):
+        StepWindow(2, -1, None, False)
+    window = StepWindow(2, 5, 7, False)
+    assert [window.hand_out() for _ in range(2)] == [5, 6] and not window.has_room() and window.exhausted()
+    window.failed(6)
+    assert not window.exhausted(), "a failed stream's workers wait for its close"
