@@ -6,7 +6,8 @@
        taskset -c 0 /tmp/wakeup
 
    It explains why worker threads sharing the GIL cannot speed up batches that take
-   tens of microseconds on a VM whose idle vCPUs sleep (README, "Real data"). */
+   tens of microseconds on a VM whose idle vCPUs sleep (docs/workers.md, "Threads on
+   the packed route"). */
 #include <pthread.h>
 #include <semaphore.h>
 #include <stdio.h>
