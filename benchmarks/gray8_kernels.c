@@ -86,7 +86,7 @@ int main(void) {
                                         cf->prefetch < 0 || next < (size_t)cf->prefetch ? next : (size_t)cf->prefetch);
                         }
                         float* dst = out + (size_t)j * HEIGHT * PADDED;
-                        om_convert_gray(pack + offsets[i], HEIGHT, widths[i], dst, PADDED, scale, bias, 0.0f,
+                        om_convert_gray(pack + offsets[i], HEIGHT, widths[i], widths[i], dst, PADDED, scale, bias, 0.0f,
                                         cf->stream && big, cf->cap);
                     }
                     om_stream_fence();

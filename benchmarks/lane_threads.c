@@ -90,7 +90,7 @@ static int build(long g, int b, float* block) {
             size_t bytes = (size_t)HEIGHT * widths[n];
             om_prefetch(pack + offsets[n], bytes < 512 ? bytes : 512);
         }
-        fence |= om_convert_gray(pack + offsets[i], HEIGHT, widths[i], block + (size_t)j * HEIGHT * padded,
+        fence |= om_convert_gray(pack + offsets[i], HEIGHT, widths[i], widths[i], block + (size_t)j * HEIGHT * padded,
                                  padded, SCALE, BIAS, 0.0f, streamed, 2) == 2;
     }
     if (fence) om_stream_fence();

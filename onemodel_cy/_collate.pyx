@@ -250,9 +250,11 @@ cdef inline int convert_slot(const SlotJob* job, Py_ssize_t channels, Py_ssize_t
     through the CPU's SIMD kernel (with streaming stores when ``streamed`` and the rows
     allow), RGB through the portable loop. Returns 2 when it streamed (the caller fences)."""
     if job.kind == PIXELS_GRAY8:
-        return convert_gray(job.bytes, height, job.width, dst, padded, job.convert[0], job.convert[3], pad,
-                            streamed, simd_cap)
-    convert_image(job.bytes, channels, height, job.width, dst, padded, job.convert, job.convert + 3, pad)
+        return convert_gray(job.bytes, height, job.width, job.width, dst, padded, job.convert[0],
+                            job.convert[3], pad, streamed, simd_cap)
+    # (rows packed: width * channels bytes apart, within the image's validated size)
+    convert_image(job.bytes, channels, height, job.width, job.width * channels, dst, padded, job.convert,
+                  job.convert + 3, pad)
     return 0
 
 

@@ -1,5 +1,10 @@
 """§6 image helpers: 8-bit pixels to planar float32, ``p * scale - bias`` with two roundings (D15).
 
+The pixels are converted by the collator's own kernels (``src/row.h``, declared in
+``_row.pxd``: ``om_convert_gray`` for gray, ``om_convert_image`` for RGB), the one home of
+§6's arithmetic; this module checks the arguments, computes the float32 constants and
+hands the kernel the source's row stride.
+
 Errors follow the package rule: a source or ``out`` of the wrong dtype, number of
 dimensions or memory layout (not C-contiguous, misaligned, read-only) is a ``TypeError``;
 a shape, size or constant out of range is a ``ValueError``. Every size of a raw buffer is
@@ -9,6 +14,7 @@ cimport numpy as cnp
 import numpy as np
 
 from onemodel_cy._validate cimport as_size, describe, checked_mul, checked_add
+from onemodel_cy._row cimport convert_image, convert_gray, simd_level
 
 cnp.import_array()
 
@@ -101,7 +107,7 @@ cdef cnp.ndarray to_planar(src, Py_ssize_t channels, mean, std, width, height, s
     cdef float scales[3]
     cdef float biases[3]
     cdef float one = 1.0, full = 255.0, s32, m32
-    cdef Py_ssize_t c, y, x, rows = h, cols = w, row_stride = s
+    cdef Py_ssize_t c, rows = h, cols = w, row_stride = s
     for c in range(channels):
         s32 = stds[c]
         m32 = means[c]
@@ -110,15 +116,19 @@ cdef cnp.ndarray to_planar(src, Py_ssize_t channels, mean, std, width, height, s
         if scales[c] - scales[c] != 0 or biases[c] - biases[c] != 0:     # inf or nan in float32
             raise ValueError(f"mean {means[c]!r} and std {stds[c]!r} (channel {c}) give a scale "
                              f"{scales[c]!r} and bias {biases[c]!r} in float32; both must be finite")
+    # The kernel reads (rows - 1) * row_stride + cols * channels bytes from the first pixel
+    # (source_layout checked that the buffer or array holds them) and writes the
+    # [channels, rows, cols] float32 output (output_of checked its size and layout) with
+    # padded = cols, so no padding is stored. Gray runs at the CPU's widest level with plain
+    # stores: the caller reads the image next.
     cdef const unsigned char* pixels = <const unsigned char*>cnp.PyArray_DATA(flat)
     cdef float* dst = <float*>cnp.PyArray_DATA(result)
-    cdef const unsigned char* row
     with nogil:
-        for c in range(channels):
-            for y in range(rows):
-                row = pixels + y * row_stride
-                for x in range(cols):
-                    dst[(c * rows + y) * cols + x] = <float>row[x * channels + c] * scales[c] - biases[c]
+        if channels == 1:
+            convert_gray(pixels, rows, cols, row_stride, dst, cols, scales[0], biases[0], 0, False,
+                         simd_level())
+        else:
+            convert_image(pixels, channels, rows, cols, row_stride, dst, cols, scales, biases, 0)
     return result
 
 

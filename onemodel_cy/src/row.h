@@ -47,20 +47,22 @@ static void om_prefetch(const void* p, size_t bytes) {
 /* The kinds of pixels a packed view (and a slot of the slot table) can hold. */
 enum { OM_PIXELS_FLOAT32 = 0, OM_PIXELS_GRAY8 = 1, OM_PIXELS_RGB8 = 2 };
 
-/* §6 fused with the padding: one image of 8-bit pixels, `channels` interleaved per
-   pixel ([H, W] gray or [H, W, 3] RGB, rows `width * channels` bytes apart), to planar
-   float32 rows of `padded` floats (channel c, row y at dst + (c * height + y) * padded):
-   p * scale[c] - bias[c], two float32 roundings exactly as gray8_to_planar and
-   rgb8_to_planar compute them (the build uses -ffp-contract=off), then `pad` up to
-   `padded`. One pass over the pixels, no intermediate float32 image. */
+/* §6 (the one home of its arithmetic: the collator and gray8_to_planar / rgb8_to_planar
+   all convert through these kernels) fused with the padding: one image of 8-bit pixels,
+   `channels` interleaved per pixel ([H, W] gray or [H, W, 3] RGB), rows `stride` bytes
+   apart (>= width * channels; the caller validated every byte of the `height` rows), to
+   planar float32 rows of `padded` floats (channel c, row y at dst + (c * height + y) *
+   padded): p * scale[c] - bias[c], two float32 roundings (the build uses
+   -ffp-contract=off), then `pad` up to `padded`. One pass over the pixels, no
+   intermediate float32 image; only the `width * channels` bytes of each row are read. */
 OM_CLONES static void om_convert_image(const unsigned char* src, ptrdiff_t channels, ptrdiff_t height,
-                                       ptrdiff_t width, float* dst, ptrdiff_t padded,
+                                       ptrdiff_t width, ptrdiff_t stride, float* dst, ptrdiff_t padded,
                                        const float* scale, const float* bias, float pad) {
     ptrdiff_t c, y, x;
     for (c = 0; c < channels; c++) {
         const float s = scale[c], b = bias[c];
         for (y = 0; y < height; y++) {
-            const unsigned char* row = src + y * width * channels + c;
+            const unsigned char* row = src + y * stride + c;
             float* out = dst + (c * height + y) * padded;
             if (channels == 1) {
                 for (x = 0; x < width; x++) out[x] = (float)row[x] * s - b;
@@ -83,13 +85,13 @@ OM_CLONES static void om_convert_image(const unsigned char* src, ptrdiff_t chann
 #include <immintrin.h>
 #include <string.h>
 __attribute__((target("avx2"))) static void om_convert_gray_streamed(
-        const unsigned char* src, ptrdiff_t height, ptrdiff_t width, float* dst, ptrdiff_t padded,
-        float scale, float bias, float pad) {
+        const unsigned char* src, ptrdiff_t height, ptrdiff_t width, ptrdiff_t stride, float* dst,
+        ptrdiff_t padded, float scale, float bias, float pad) {
     const __m256 s = _mm256_set1_ps(scale), b = _mm256_set1_ps(bias), p = _mm256_set1_ps(pad);
     const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     ptrdiff_t y, x;
     for (y = 0; y < height; y++) {
-        const unsigned char* row = src + y * width;
+        const unsigned char* row = src + y * stride;
         float* out = dst + y * padded;
         for (x = 0; x + 8 <= width; x += 8) {
             __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(row + x))));
@@ -128,12 +130,12 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static inline __m512 om_gra
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vl"))) static void om_convert_gray_avx512(
-        const unsigned char* src, ptrdiff_t height, ptrdiff_t width, float* dst, ptrdiff_t padded,
-        float scale, float bias, float pad, int streamed) {
+        const unsigned char* src, ptrdiff_t height, ptrdiff_t width, ptrdiff_t stride, float* dst,
+        ptrdiff_t padded, float scale, float bias, float pad, int streamed) {
     const __m512 s = _mm512_set1_ps(scale), b = _mm512_set1_ps(bias), p = _mm512_set1_ps(pad);
     ptrdiff_t y, x;
     for (y = 0; y < height; y++) {
-        const unsigned char* row = src + y * width;
+        const unsigned char* row = src + y * stride;
         float* out = dst + y * padded;
         x = 0;
         if (streamed && ((size_t)out & 63) != 0) {
@@ -172,29 +174,30 @@ static int om_simd_level(void) { return 0; }
 static void om_stream_fence(void) {}
 #endif
 
-/* One gray image (om_convert_image's arithmetic and padding) through the widest kernel
-   the CPU has, up to level `cap` (om_simd_level; tests lower it to check every kernel on
-   one machine). Returns 2 when it wrote with streaming stores (the caller fences before
+/* One gray image (om_convert_image's arithmetic and padding, rows `stride` bytes apart)
+   through the widest kernel the CPU has, up to level `cap` (om_simd_level; tests lower it
+   to check every kernel on one machine). Returns 2 when it wrote with streaming stores (the caller fences before
    handing the batch over), 1 with plain SIMD stores, 0 when the portable loop wrote it.
    Streaming is used only when asked and the rows allow it (32-byte aligned, `padded` a
    nonzero multiple of 8); AVX2 has a streaming kernel only. */
-static int om_convert_gray(const unsigned char* src, ptrdiff_t height, ptrdiff_t width, float* dst,
-                           ptrdiff_t padded, float scale, float bias, float pad, int streamed, int cap) {
+static int om_convert_gray(const unsigned char* src, ptrdiff_t height, ptrdiff_t width, ptrdiff_t stride,
+                           float* dst, ptrdiff_t padded, float scale, float bias, float pad, int streamed,
+                           int cap) {
     int level = om_simd_level();
     if (level > cap) level = cap;
     streamed = streamed && padded >= 8 && padded % 8 == 0 && ((size_t)dst & 31) == 0;
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
     if (level >= 2) {
-        om_convert_gray_avx512(src, height, width, dst, padded, scale, bias, pad, streamed);
+        om_convert_gray_avx512(src, height, width, stride, dst, padded, scale, bias, pad, streamed);
         return streamed ? 2 : 1;
     }
     if (level >= 1 && streamed) {
-        om_convert_gray_streamed(src, height, width, dst, padded, scale, bias, pad);
+        om_convert_gray_streamed(src, height, width, stride, dst, padded, scale, bias, pad);
         return 2;
     }
 #endif
     (void)level; (void)streamed;    /* (without the SIMD kernels) */
-    om_convert_image(src, 1, height, width, dst, padded, &scale, &bias, pad);
+    om_convert_image(src, 1, height, width, stride, dst, padded, &scale, &bias, pad);
     return 0;
 }
 #endif

@@ -37,7 +37,7 @@ def convert_gray8(const unsigned char[::1] pixels not None, height, width, padde
     cdef float* dst = <float*>cnp.PyArray_DATA(out)
     cdef int level = as_size(cap, "cap"), wrote
     with nogil:
-        wrote = convert_gray(&pixels[0], h, w, dst, p, scale, bias, pad, streamed, level)
+        wrote = convert_gray(&pixels[0], h, w, w, dst, p, scale, bias, pad, streamed, level)
         if wrote == 2:
             stream_fence()
     bits = block.view(np.uint32)
