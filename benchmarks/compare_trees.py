@@ -303,13 +303,13 @@ def main(argv=None):
     print(f"median batches/s of {args.repeats} interleaved repetitions (fresh interpreter per run; "
           f"{os.cpu_count()} CPUs)")
     print(f"  before = {os.path.abspath(args.before)}\n  after  = {os.path.abspath(args.after)}")
-    print(f"  {'configuration':12s} {'before':>9s} {'(min-max)':>17s} {'after':>9s} {'(min-max)':>17s}  "
+    print(f"  {'configuration':12s} {'before':>9s} {'(min-max)':>21s} {'after':>9s} {'(min-max)':>21s}  "
           f"{'after/before':>12s}  {'paired ratios':>13s}")
     for config in configs:
         b, a = rates[("before", config)], rates[("after", config)]
         paired = [x / y for x, y in zip(a, b)]
-        print(f"  {config:12s} {statistics.median(b):9,.1f} {f'({min(b):,.1f}-{max(b):,.1f})':>17s} "
-              f"{statistics.median(a):9,.1f} {f'({min(a):,.1f}-{max(a):,.1f})':>17s}  "
+        print(f"  {config:12s} {statistics.median(b):9,.1f} {f'({min(b):,.1f}-{max(b):,.1f})':>21s} "
+              f"{statistics.median(a):9,.1f} {f'({min(a):,.1f}-{max(a):,.1f})':>21s}  "
               f"{statistics.median(a) / statistics.median(b):12.3f}  {min(paired):.2f}-{max(paired):.2f}")
     print(f"wall time {time.perf_counter() - began:.0f} s")
 
