@@ -22,7 +22,6 @@ Neither a pool nor a block pickles (they are process-local memory): pickling one
 cimport cython
 cimport numpy as cnp
 import numpy as np
-from cpython.mem cimport PyMem_RawMalloc, PyMem_RawFree
 from libc.stdint cimport uintptr_t
 from libc.string cimport memcpy
 
@@ -319,8 +318,9 @@ cdef class BufferPool:
 @cython.final
 @cython.auto_pickle(False)      # process-local memory: pickling is refused (TypeError)
 @cython.freelist(64)
-@cython.no_gc      # refers only to its pool, which refers to nothing: no cycle, and no
-                   # tp_clear that could drop the pool before __dealloc__ gives memory back
+# no_gc: a Block refers only to its pool, which refers to nothing: no cycle, and no
+# tp_clear that could drop the pool before __dealloc__ gives memory back
+@cython.no_gc
 cdef class Block:
     def __dealloc__(self):
         if self.raw != NULL:

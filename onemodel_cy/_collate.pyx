@@ -19,7 +19,7 @@ from libc.stdlib cimport realloc, free
 
 from onemodel_cy._typedefs cimport u64, i64, i32
 from onemodel_cy._validate cimport (add_note, as_index, as_size, as_u64, as_float32, describe, checked_add,
-                                     checked_mul)
+                                    checked_mul)
 from onemodel_cy._rng cimport SampleRng, derive_seed, STREAM_AUGMENTATION
 from onemodel_cy._augment cimport Augmentation, AugmentKernel, store_row
 from onemodel_cy._bufferpool cimport BufferPool, Block
@@ -468,7 +468,7 @@ cdef class ImageBatchCollator:
                     self.augment_slot(ws, &ws.jobs[j], channels, height, seed, epoch, step, first_slot + j)
                 except Exception as error:
                     add_note(error, f"onemodel_cy: while building {step_name(global_step, epoch_value, step_value)}, "
-                                   f"slot {first_slot + j}, dataset index {ws.jobs[j].index}")
+                                    f"slot {first_slot + j}, dataset index {ws.jobs[j].index}")
                     raise
 
     cdef augment_slot(self, Workspace ws, SlotJob* job, Py_ssize_t channels, Py_ssize_t height,

@@ -22,7 +22,7 @@ import os
 import numpy as np
 
 from onemodel_cy._typedefs cimport i64, i32
-from onemodel_cy._validate cimport as_index, as_size, describe
+from onemodel_cy._validate cimport as_index, as_size
 from onemodel_cy._bufferpool cimport sealed_copy
 from onemodel_cy._datasets cimport (PackedImages, PackedSource, Sample, PIXELS_FLOAT32, PIXELS_GRAY8,
                                     PIXELS_RGB8)

@@ -7,7 +7,8 @@ cdef extern from *:
     #include <float.h>
     /* §2, §4 and §6 are defined on float32 operations each rounded to float32. */
     #if defined(FLT_EVAL_METHOD) && FLT_EVAL_METHOD != 0 && FLT_EVAL_METHOD != -1
-    #error "onemodel_cy needs float32 arithmetic evaluated in float32 (FLT_EVAL_METHOD 0): on 32-bit x86 build with -msse2 -mfpmath=sse"
+    #error "onemodel_cy needs float32 arithmetic evaluated in float32 (FLT_EVAL_METHOD 0):"
+    #error "on 32-bit x86 build with -msse2 -mfpmath=sse"
     #endif
     /* High 64 bits of a 64x64-bit product, low half through *lo (§2 NextInt). */
     #if defined(__SIZEOF_INT128__)
@@ -87,8 +88,8 @@ cdef inline u64 draw_int(u64* state, u64 n) noexcept nogil:
 cdef inline float draw_normal(u64* state) noexcept nogil:
     # D5: twelve float32 additions, each rounded, then minus 6 in float32.
     cdef float acc = 0.0
-    cdef int i
-    for i in range(12):
+    cdef int _i
+    for _i in range(12):
         acc = acc + draw_single(state)
     return acc - <float>6.0
 

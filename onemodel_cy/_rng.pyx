@@ -8,7 +8,7 @@ cimport cython
 cimport numpy as cnp
 import numpy as np
 
-from onemodel_cy._typedefs cimport u64, u32
+from onemodel_cy._typedefs cimport u64
 from onemodel_cy._validate cimport as_u64, as_count, as_size, checked_mul
 
 cnp.import_array()
@@ -57,7 +57,7 @@ def derive(seed, epoch, step, slot, stream):
     1 augmentation, 2-3 synthetic dataset, 101-104 samplers.
     """
     return derive_seed(as_u64(seed, "seed"), as_u64(epoch, "epoch"), as_u64(step, "step"),
-                  as_u64(slot, "slot"), as_u64(stream, "stream"))
+                       as_u64(slot, "slot"), as_u64(stream, "stream"))
 
 
 cdef Py_ssize_t _bulk_size(object size) except -1:

@@ -93,7 +93,7 @@ cdef struct Geometry:
 
 
 cdef Layout draw_layout(u64* state, const Geometry* geo, i32* symbols, i64* xs, i64* ys,
-                       float* inks) noexcept nogil:
+                        float* inks) noexcept nogil:
     """Every draw of a sample's layout stream, in the contract's order: its length and width.
 
     With NULL outputs the symbols and glyph parameters are drawn and dropped (pass 1

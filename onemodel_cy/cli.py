@@ -174,7 +174,8 @@ def main(argv=None) -> int:
     if args.command == "pack":
         return _pack(args)
     if args.command == "show":
-        if args.g < 0 or args.steps < 1 or args.batch_size < 1 or args.count < args.batch_size or not 1 <= args.zoom <= 32:
+        if (args.g < 0 or args.steps < 1 or args.batch_size < 1 or args.count < args.batch_size
+                or not 1 <= args.zoom <= 32):
             parser.error(f"show needs --g >= 0, --steps >= 1, 1 <= --batch-size <= --count and 1 <= --zoom <= 32, "
                          f"received --g {args.g} --steps {args.steps} --batch-size {args.batch_size} "
                          f"--count {args.count} --zoom {args.zoom}")

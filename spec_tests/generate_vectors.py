@@ -211,11 +211,11 @@ def _perm_passes(p, n, key):
     x, passes = p, 0
     while True:
         passes += 1
-        l, r = x >> half, x & mask
+        left, right = x >> half, x & mask
         for rnd in range(4):
-            f = R.mix(r ^ key ^ ((rnd * R.ROUND_CONST) & M64)) & mask
-            l, r = r, l ^ f
-        x = (l << half) | r
+            f = R.mix(right ^ key ^ ((rnd * R.ROUND_CONST) & M64)) & mask
+            left, right = right, left ^ f
+        x = (left << half) | right
         if x < n:
             return passes
 
@@ -421,8 +421,8 @@ def _synth_from_spec(spec):
 
 
 def _explicit_samples(samples):
-    return [{"image": f32_array(img, True), "target": i32_list(t), "label": int(l)}
-            for img, t, l in samples]
+    return [{"image": f32_array(img, True), "target": i32_list(t), "label": int(label)}
+            for img, t, label in samples]
 
 
 def _pixels(shape, rng):
@@ -434,10 +434,10 @@ def _pixels(shape, rng):
 def build_collate() -> dict:
     cases = []
     rng = R.SampleRng(31337)
-    tiny = [(_pixels((1, 2, w), rng), np.array(t, np.int32), l)
-            for w, t, l in ((1, [4], 2), (3, [1, 2, 3], 0), (2, [], 9))]
-    tiny3 = [(_pixels((3, 2, w), rng), np.array(t, np.int32), l)
-             for w, t, l in ((2, [7, 7], 1), (4, [5], 3))]
+    tiny = [(_pixels((1, 2, w), rng), np.array(t, np.int32), label)
+            for w, t, label in ((1, [4], 2), (3, [1, 2, 3], 0), (2, [], 9))]
+    tiny3 = [(_pixels((3, 2, w), rng), np.array(t, np.int32), label)
+             for w, t, label in ((2, [7, 7], 1), (4, [5], 3))]
     explicit_cfgs = [
         ("tiny_plain", ["§4", "D13"], tiny, [5, 0, 9], dict(seed=0, epoch=0, step=0)),
         ("tiny_width_multiple_4_pad_minus_1.5", ["§4", "D13"], tiny, [5, 0, 9],

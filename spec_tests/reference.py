@@ -205,12 +205,12 @@ def keyed_permutation(p, n, key) -> int:
     half, mask = _feistel_params(n)
     x = p
     while True:
-        l = x >> half
-        r = x & mask
+        left = x >> half
+        right = x & mask
         for rnd in range(4):
-            f = mix(r ^ key ^ ((rnd * ROUND_CONST) & M64)) & mask
-            l, r = r, l ^ f
-        x = (l << half) | r
+            f = mix(right ^ key ^ ((rnd * ROUND_CONST) & M64)) & mask
+            left, right = right, left ^ f
+        x = (left << half) | right
         if x < n:
             return x
 
@@ -240,12 +240,12 @@ def permutation_np(n: int, key: int) -> np.ndarray:
     todo = np.arange(n)
     nn = np.uint64(n)
     while todo.size:
-        l = x >> h
-        r = x & mk
+        left = x >> h
+        right = x & mk
         for c in consts:
-            f = _fmix_np((r ^ c) + golden) & mk
-            l, r = r, l ^ f
-        x = (l << h) | r
+            f = _fmix_np((right ^ c) + golden) & mk
+            left, right = right, left ^ f
+        x = (left << h) | right
         done = x < nn
         out[todo[done]] = x[done]
         todo = todo[~done]

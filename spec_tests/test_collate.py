@@ -27,9 +27,9 @@ from hypothesis import given, settings, strategies as st
 import reference as R
 from collate_helpers import pixels as _pixels
 from routes import gather, read
+from onemodel_cy.conformance.codec import BATCH_FIELDS as FIELDS
 
 M64 = R.M64
-from onemodel_cy.conformance.codec import BATCH_FIELDS as FIELDS
 INT_FIELDS = FIELDS[1:]
 
 SEEDS = st.one_of(st.integers(0, M64), st.integers(-(1 << 63), -1), st.sampled_from([0, 1, -1, M64]))

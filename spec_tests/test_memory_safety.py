@@ -33,7 +33,7 @@ import threading
 import numpy as np
 import pytest
 
-from routes import gather, read
+from routes import gather
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -16,7 +16,6 @@ import random
 import threading
 import time
 
-import numpy as np
 import pytest
 
 import onemodel_cy as om

@@ -27,11 +27,11 @@ except ImportError as exc:  # loud on purpose: these tests must run in CI
 
 import onemodel_cy as om
 from onemodel_cy import interop
+from onemodel_cy.conformance.codec import BATCH_FIELDS as FIELDS
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 EXAMPLE = os.path.join(ROOT, "examples", "torchrun_ranks.py")
-from onemodel_cy.conformance.codec import BATCH_FIELDS as FIELDS
 
 
 def make_loader(workers=0, prefetch=2, augmentation=None):

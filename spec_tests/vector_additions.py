@@ -149,10 +149,10 @@ def extra_samplers(G):
 
 def extra_collate(G):
     """Pad values float32 must round to nearest; batches and settings to refuse."""
-    R, S, F64 = G.R, G.S, G.F64
+    R = G.R
     cases = []
     rng = R.SampleRng(4242)
-    tiny = [(G._pixels((1, 2, w), rng), np.array(t, np.int32), l) for w, t, l in ((1, [3], 1), (3, [2, 2], 4))]
+    tiny = [(G._pixels((1, 2, w), rng), np.array(t, np.int32), label) for w, t, label in ((1, [3], 1), (3, [2, 2], 4))]
     for pad, truncated in ((0.1, 0x3dcccccc), (-1.0 / 3.0, 0xbeaaaaaa), (2.0 / 3.0, 0x3f2aaaaa)):
         bits = G.codec.f32_bits(np.float32(pad))
         assert bits == truncated + 1, (pad, hex(bits))     # nearest is one ulp above truncation

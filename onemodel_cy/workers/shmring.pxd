@@ -1,5 +1,6 @@
 cimport cython
 
+
 # One mapping of anonymous shared memory (see shmring.pyx); the task board maps its
 # segment through it.
 @cython.final
