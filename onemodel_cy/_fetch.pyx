@@ -8,7 +8,6 @@ read sample by sample with ``get_sample`` in one loop in C, each sample passed t
 collator then assembles the slot table into the batch (§4).
 """
 cimport numpy as cnp
-import numpy as np
 
 from onemodel_cy._typedefs cimport u64, i64
 from onemodel_cy._validate cimport add_note, as_index, as_u64, checked_add, describe
@@ -188,7 +187,7 @@ cdef int read_samples(Workspace ws, dataset, cnp.ndarray indices, Py_ssize_t lo,
         except BaseException as error:
             if isinstance(error, Exception):
                 add_note(error, f"onemodel_cy: while building {step_name(global_step, epoch, step)}, "
-                               f"slot {slot}, dataset index {index}")
+                                f"slot {slot}, dataset index {index}")
             raise
         if not isinstance(item, Sample):
             source = "the transform" if transform is not None else "dataset.get_sample"

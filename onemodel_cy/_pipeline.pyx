@@ -19,7 +19,7 @@ cimport numpy as cnp
 
 from onemodel_cy._typedefs cimport u64, i64
 from onemodel_cy._validate cimport as_index, as_u64
-from onemodel_cy._batch cimport ImageBatch, batch_in_block
+from onemodel_cy._batch cimport batch_in_block
 from onemodel_cy._bufferpool cimport Block
 from onemodel_cy._collate cimport Workspace, ImageBatchCollator
 from onemodel_cy._datasets cimport PackedImages, PackedSource

@@ -91,7 +91,7 @@ def in_mode(mode, workers):
     return dict(workers=workers, worker_mode=mode)
 
 
-# --------------------------------------------------------------------------- worker threads, stream driving, byte comparisons
+# ------------------------------------------------------------ worker threads, stream driving, byte comparisons
 
 def live_workers():
     """Worker threads and worker processes (both are named with WORKER_PREFIX) still running."""
@@ -250,7 +250,7 @@ AUGMENTATIONS = {
 }
 
 
-# --------------------------------------------------------------------------- pipelines: the package side and the reference side
+# ------------------------------------------------------------ pipelines: the package side and the reference side
 
 @functools.lru_cache(maxsize=4096)
 def _ref_sample(i, height, min_width, max_width, channels, seed):

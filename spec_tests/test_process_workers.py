@@ -29,7 +29,7 @@ import onemodel_cy as om
 from onemodel_cy._bufferpool import Block
 from harness import _guard  # noqa: F401  (autouse: no worker may outlive a test)
 from harness import HERE, ROOT, Pipe, assert_no_workers, assert_same, finish, assert_stream_is_batch_at, drain, drain_ok
-from pipeline_parts import (DatasetBroke, DyingDataset, LockedDataset, PyDataset, RampDataset, StuckDataset,
+from pipeline_parts import (DatasetBroke, DyingDataset, LockedDataset, RampDataset, StuckDataset,
                             TwoPartError, TwoPartFailing, UnloadableDataset)
 from onemodel_cy.workers.shmring import Segment
 from onemodel_cy.workers.taskboard import MAX_ENTRIES, TaskBoard, board_bytes

@@ -24,8 +24,8 @@ import pytest
 import onemodel_cy
 
 COMPILED = ["_validate", "_rng", "_permute", "_samplers", "_datasets", "_bufferpool", "_pacing", "_augment",
-            "_batch", "_collate", "_fetch", "_pipeline", "_image", "_packed", "_textlines", "workers.window", "workers.lane",
-            "workers.shmring", "workers.taskboard",
+            "_batch", "_collate", "_fetch", "_pipeline", "_image", "_packed", "_textlines",
+            "workers.window", "workers.lane", "workers.shmring", "workers.taskboard",
             "testing._alloccount"]
 PACKAGE_DIR = os.path.dirname(os.path.abspath(onemodel_cy.__file__))
 

@@ -203,7 +203,8 @@ def main(argv=None) -> int:
     run.add_argument("--out", default=None)
     checker = commands.add_parser("check")
     checker.add_argument("results", nargs="+")
-    checker.add_argument("--allow-missing", action="store_true", help="check only the files and cases present (comparing nothing still fails)")
+    checker.add_argument("--allow-missing", action="store_true",
+                         help="check only the files and cases present (comparing nothing still fails)")
     args = parser.parse_args(argv)
 
     if args.command == "list":

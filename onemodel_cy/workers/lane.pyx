@@ -23,8 +23,9 @@ succeeds is used as it is); it is raised at its step, and nothing after it is po
 Waiting: a consumer whose step is not done, and a worker with nothing posted, spin
 without the GIL for up to ``SPIN_NS`` (yielding the core every microsecond or so), then
 sleep on a condition that is signalled only when someone sleeps on it: waking a
-sleeping thread costs the waker microseconds (docs/workers.md). Memory a worker writes is never given back before the worker is
-done with it: emptying the ring waits for the slots being built.
+sleeping thread costs the waker microseconds (docs/workers.md). Memory a worker writes
+is never given back before the worker is done with it: emptying the ring waits for the
+slots being built.
 
 The registry chooses it in thread mode for a pipeline that ``splits()``; any step that
 cannot take the split (the dataset's packed view refused) is built by the pipeline's
@@ -166,9 +167,9 @@ cdef class _Lane:
 
     cdef void spin_for_post(self) noexcept nogil:
         cdef long long start = clock_ns()
-        cdef int i
+        cdef int _i
         while clock_ns() - start < SPIN_NS_C:
-            for i in range(16):
+            for _i in range(16):
                 if atomic_load(&self.posted) or atomic_load(&self.closed):
                     return
                 spin_pause()
@@ -188,12 +189,12 @@ cdef class _Lane:
     cdef int wait_done(self, Py_ssize_t k, long long deadline_ns) noexcept nogil:
         """Wait for slot k: 1 done, 0 the deadline passed, -1 no worker is left, -2 closed."""
         cdef long long start = clock_ns()
-        cdef int i, answer
+        cdef int _i, answer
         cdef LaneSlot* slot = &self.slots[k]
         while atomic_load(&slot.state) != DONE and clock_ns() - start < SPIN_NS_C:
             if atomic_load(&self.closed):
                 break
-            for i in range(16):
+            for _i in range(16):
                 spin_pause()
             sched_yield()
         pthread_mutex_lock(&self.mutex)
