@@ -48,8 +48,10 @@ else:
     CFLAGS = ["-O2", "-ftree-vectorize", "-fvect-cost-model=dynamic", "-ffp-contract=off",
               "-fno-fast-math"]
 
-MODULES = ["_validate", "_rng", "_permute", "_samplers", "_bufferpool", "_pacing", "_augment", "_batch",
-           "_collate", "_fetch", "_pipeline", "_image", "_datasets", "_packed", "_textlines",
+MODULES = ["core.validate", "core.rng", "core.permute", "core.samplers", "core.sealed",
+           "data.datasets", "data.image", "data.packed", "data.textlines",
+           "collate.bufferpool", "collate.pacing", "collate.augment", "collate.batch", "collate.collator",
+           "collate.fetch", "collate.pipeline",
            "workers.window", "workers.lane", "workers.shmring", "workers.taskboard",
            "testing._alloccount", "testing._kernels"]    # dotted names are modules of subpackages
 

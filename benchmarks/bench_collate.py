@@ -20,7 +20,7 @@ import tracemalloc
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import onemodel_cy as om  # noqa: E402
 from _timing import round_robin, seconds, summary  # noqa: E402
-from onemodel_cy._fetch import build_batch  # noqa: E402
+from onemodel_cy.collate.fetch import build_batch  # noqa: E402
 from onemodel_cy.testing import _alloccount  # noqa: E402
 from workload import BATCH, COUNT, MULTIPLE, FloorCase, workload_dataset  # noqa: E402
 

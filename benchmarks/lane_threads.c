@@ -1,4 +1,4 @@
-/* A GIL-free worker engine with _engine.py's ring discipline against 0 workers: do worker
+/* A GIL-free worker engine with workers/threads.py's ring discipline against 0 workers: do worker
    threads that never take the GIL speed up batches of tens of microseconds on this machine,
    or does the hand-off across cores eat it (benchmarks/wakeup_latency.c)?
 
@@ -18,7 +18,7 @@
    consumer reads one float of a batch, no more: the engine's rate alone.
 
    Configurations (0 workers: the consumer builds each step itself, no threads, no locks):
-     cond  every delivery and take under the mutex, always signalled (as _engine.py does);
+     cond  every delivery and take under the mutex, always signalled (as workers/threads.py does);
      spin N  the consumer spins on its slot's atomic flag, and a worker on a full window,
            up to N us (_mm_pause, sched_yield every 16, so a thread sharing the core runs)
            before sleeping on the condition as in cond;

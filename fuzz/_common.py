@@ -3,7 +3,7 @@ the oracle, and the atheris entry point.
 
 A harness is a module with ``TestOneInput(data: bytes)``. It decodes ``data`` into the
 arguments of one public entry point, calls it, and lets through only the exceptions the
-project's rule allows (``_validate.pxd``: TypeError, ValueError, IndexError, RuntimeError
+project's rule allows (``core/validate.pxd``: TypeError, ValueError, IndexError, RuntimeError
 for an object in a state it cannot serve, and MemoryError for an allocation the machine
 refuses). Anything else, a wrong result against
 ``spec_tests/reference.py``, a segfault or a sanitizer report, is a finding.

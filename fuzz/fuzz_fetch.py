@@ -28,7 +28,7 @@ from _common import Draw, call, check, main, reference, same  # noqa: E402
 import numpy as np  # noqa: E402
 
 import onemodel_cy as om  # noqa: E402
-from onemodel_cy._fetch import build_batch  # noqa: E402
+from onemodel_cy.collate.fetch import build_batch  # noqa: E402
 
 FIELDS = ("images", "widths", "targets", "target_lengths", "labels", "indices")
 

@@ -12,7 +12,7 @@ rewritten with another descr, shape, order or padding; a file (and maybe its man
 record) taken from another pack; a file removed.
 
 The pack is then opened with ``verify="index"`` and ``verify="full"``. Allowed outcomes
-(docs/packed-format.md, "What a reader checks"; the exception rule of ``_validate.pxd``):
+(docs/packed-format.md, "What a reader checks"; the exception rule of ``core/validate.pxd``):
 a ``PackError``, ``ValueError`` or ``TypeError`` whose message names the pack's folder or
 one of its files, or an accepted dataset. ``"full"`` checks all that ``"index"`` does, so a
 pack ``"full"`` accepts ``"index"`` accepts too. An accepted dataset must serve every
@@ -40,8 +40,8 @@ from pipeline_parts import PyDataset  # noqa: E402  (spec_tests/, on the path th
 import numpy as np  # noqa: E402
 
 import onemodel_cy as om  # noqa: E402
-from onemodel_cy import _packfmt  # noqa: E402
-from onemodel_cy._fetch import build_batch  # noqa: E402
+from onemodel_cy.data import packfmt as _packfmt  # noqa: E402
+from onemodel_cy.collate.fetch import build_batch  # noqa: E402
 
 _packfmt.FSYNC = False          # the harness checks bytes, not the disk's durability
 ACCEPTED = (TypeError, ValueError)          # PackError is a ValueError

@@ -3,19 +3,19 @@
 The batch at global step ``g`` is a pure function of ``(seed, g)`` and the pipeline's
 configuration (§1). See ``docs/contract.md`` for the readings this package implements.
 """
-from onemodel_cy._rng import STREAMS as _STREAMS, SampleRng, derive, mix
-from onemodel_cy._permute import keyed_permutation, permutation
-from onemodel_cy._samplers import (BucketedSampler, MixingSampler, Sampler, SequentialSampler,
-                                   ShuffledSampler)
-from onemodel_cy._datasets import ArrayImageDataset, Sample, SyntheticLineImages
-from onemodel_cy._textlines import SyntheticTextLines
-from onemodel_cy._bufferpool import BufferPool
-from onemodel_cy._augment import Augmentation, GainOffset, GaussianNoise
-from onemodel_cy._batch import ImageBatch
-from onemodel_cy._collate import ImageBatchCollator
-from onemodel_cy._image import gray8_to_planar, rgb8_to_planar
-from onemodel_cy._packed import PackedImageDataset
-from onemodel_cy.pack import PackError, PackReport, pack
+from onemodel_cy.core.rng import STREAMS as _STREAMS, SampleRng, derive, mix
+from onemodel_cy.core.permute import keyed_permutation, permutation
+from onemodel_cy.core.samplers import (BucketedSampler, MixingSampler, Sampler, SequentialSampler,
+                                       ShuffledSampler)
+from onemodel_cy.data.datasets import ArrayImageDataset, Sample, SyntheticLineImages
+from onemodel_cy.data.textlines import SyntheticTextLines
+from onemodel_cy.collate.bufferpool import BufferPool
+from onemodel_cy.collate.augment import Augmentation, GainOffset, GaussianNoise
+from onemodel_cy.collate.batch import ImageBatch
+from onemodel_cy.collate.collator import ImageBatchCollator
+from onemodel_cy.data.image import gray8_to_planar, rgb8_to_planar
+from onemodel_cy.data.packed import PackedImageDataset
+from onemodel_cy.data.pack import PackError, PackReport, pack
 from onemodel_cy.loader import DataLoader, threads_available
 from onemodel_cy.stream import BatchStream
 from onemodel_cy.workers.protocol import StuckWorkerWarning

@@ -140,7 +140,7 @@ def add_pack_parser(commands) -> None:
 
 
 def _pack(args) -> int:
-    from onemodel_cy.pack import pack
+    from onemodel_cy.data.pack import pack
     report = pack(args.folder, args.out, labels=args.labels, height=args.height, mode=args.mode,
                   workers=args.workers, progress=not args.no_progress, overwrite=args.overwrite)
     print(report.summary())

@@ -14,7 +14,7 @@ from __future__ import annotations
 import warnings
 from typing import Any, Dict
 
-from onemodel_cy._batch import FIELDS, ImageBatch
+from onemodel_cy.collate.batch import FIELDS, ImageBatch
 
 __all__ = ["to_torch", "to_jax"]
 

@@ -1,7 +1,7 @@
 """§1 the DataLoader: configuration, ranks, ``batch_at``, the stateful path and checkpoints.
 
 ``DataLoader`` checks the configuration and holds the pure function, its
-:class:`~onemodel_cy._pipeline.Pipeline`: ``pipeline.build(g, workspace)`` builds global
+:class:`~onemodel_cy.collate.pipeline.Pipeline`: ``pipeline.build(g, workspace)`` builds global
 step ``g``. The streams live in :mod:`onemodel_cy.stream`, their workers in
 :mod:`onemodel_cy.workers`. Workers only decide *when* a step is built, never *what* it
 contains, so the stream is the same for any number of workers, any prefetch depth, any
@@ -13,16 +13,16 @@ import sys
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional
 
 if TYPE_CHECKING:
-    from onemodel_cy._datasets import Sample
-    from onemodel_cy._rng import SampleRng
+    from onemodel_cy.data.datasets import Sample
+    from onemodel_cy.core.rng import SampleRng
 
-from onemodel_cy._batch import ImageBatch
-from onemodel_cy._collate import ImageBatchCollator
-from onemodel_cy._pacing import Pacing
-from onemodel_cy._pipeline import Pipeline
-from onemodel_cy._samplers import (BucketedSampler, MixingSampler, Sampler, SequentialSampler,
-                                   ShuffledSampler)
-from onemodel_cy._validate import check_integer
+from onemodel_cy.collate.batch import ImageBatch
+from onemodel_cy.collate.collator import ImageBatchCollator
+from onemodel_cy.collate.pacing import Pacing
+from onemodel_cy.collate.pipeline import Pipeline
+from onemodel_cy.core.samplers import (BucketedSampler, MixingSampler, Sampler, SequentialSampler,
+                                       ShuffledSampler)
+from onemodel_cy.core.validate import check_integer
 from onemodel_cy.stream import BatchStream
 from onemodel_cy.workers.protocol import DEFAULT_JOIN_TIMEOUT
 from onemodel_cy.workers.registry import close_engines
@@ -186,10 +186,10 @@ class DataLoader:
         if last <= (self.world_size - 1) * share:
             raise ValueError(f"the last batch of each epoch of {sampler!r} holds {last} samples, too few to "
                              f"give each of {self.world_size} ranks a share of {share}; use drop_last=True")
-        # What the batches are a function of, built by every route (_pipeline.pyx).
+        # What the batches are a function of, built by every route (collate/pipeline.pyx).
         self._pipeline = Pipeline(dataset, sampler, collator, self._seed, transform, self.rank * share,
                                   (self.rank + 1) * share)
-        # The workers' shared baton for the Python parts of a batch (see _pacing.pyx).
+        # The workers' shared baton for the Python parts of a batch (see collate/pacing.pyx).
         self.pacing = Pacing()
         self._next_g = 0       # the stateful path's position: where the next `for batch in loader` starts
 

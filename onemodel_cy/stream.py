@@ -11,11 +11,11 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
-from onemodel_cy._validate import check_integer
+from onemodel_cy.core.validate import check_integer
 from onemodel_cy.workers.registry import acquire_engine, discard_idle_engine, release_engine
 
 if TYPE_CHECKING:
-    from onemodel_cy._batch import ImageBatch
+    from onemodel_cy.collate.batch import ImageBatch
 
 __all__ = ["BatchStream"]
 

@@ -46,7 +46,7 @@ import pytest
 from hypothesis import Phase, settings, strategies as st
 
 import onemodel_cy as om
-from onemodel_cy._pipeline import Pipeline
+from onemodel_cy.collate.pipeline import Pipeline
 import pipeline_parts
 import reference as R
 # The picklable datasets and transforms (re-exported: the tests import them from here).

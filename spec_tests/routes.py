@@ -4,7 +4,7 @@
 packed dataset without a transform); ``read`` calls ``get_sample`` for every slot (the
 route for any other dataset, or with a transform). Both end in the collator (§4).
 """
-from onemodel_cy._fetch import build_batch
+from onemodel_cy.collate.fetch import build_batch
 
 
 def gather(collator, dataset, indices, seed, epoch, step, **options):

@@ -158,7 +158,7 @@ def test_packed_gather_error_message_reads_no_index_twice():
     out of bounds)."""
     out = run_alone("""
         import time
-        from onemodel_cy._fetch import build_batch
+        from onemodel_cy.collate.fetch import build_batch
         sys.setswitchinterval(1e-4)
         ds = om.ArrayImageDataset([np.zeros((1, 2, 3), np.float32), np.zeros((1, 3, 3), np.float32)],
                                   [[1], [1]], [0, 0])
@@ -245,7 +245,7 @@ def test_array_layout_is_read_from_the_array_not_its_python_attributes(case):
                 pass
         """,
         "build_batch indices": """
-            from onemodel_cy._fetch import build_batch
+            from onemodel_cy.collate.fetch import build_batch
             ds = om.ArrayImageDataset([np.zeros((1, 2, 3), np.float32)] * 2, [[1], [1]], [0, 0])
             idx = np.zeros(1 << 24, np.int64)[::-1].view(LyingFlags)
             try:

@@ -699,8 +699,8 @@ def test_the_python_stage_baton_is_released_whatever_happens(om):
     """Concern: worker pacing (§1 loader). The loader's Python-stage baton (a pacing hint
     that lets one worker run Python while the others copy) is free again after every
     collation, finished or failed, so no later collation waits for it."""
-    from onemodel_cy._collate import Workspace
-    from onemodel_cy._pacing import Pacing
+    from onemodel_cy.collate.collator import Workspace
+    from onemodel_cy.collate.pacing import Pacing
     pacing = Pacing()
     base = om.ArrayImageDataset([np.ones((1, 2, 3), np.float32)] * 4, [[1]] * 4, [0] * 4)
     idx = np.arange(4, dtype=np.int64)
@@ -974,7 +974,7 @@ def test_both_fetch_routes_give_the_same_bits(om):
     col = om.ImageBatchCollator(width_multiple=4)
     with pytest.raises(TypeError, match="packed view"):
         gather(col, doubled, idx, 1, 2, 3)
-    from onemodel_cy._fetch import build_batch
+    from onemodel_cy.collate.fetch import build_batch
     with build_batch(col, doubled, idx, 1, 2, 3) as b:
         assert b.images[0, 0, 0, 0] == np.float32(2) * images[5][0, 0, 0]
 

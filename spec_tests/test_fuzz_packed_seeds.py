@@ -4,7 +4,7 @@ Each was a pack the reader either refused with an exception outside the project'
 (a bare numpy ``ValueError``, ``TypeError``, ``tokenize.TokenError``, ``RecursionError``,
 ``AssertionError``: none naming the file), or accepted and then could not serve (a key
 past ``key_offsets``). docs/packed-format.md "What a reader checks" and the exception
-rule of ``_validate.pxd``: a pack that cannot be read is a ``PackError`` naming the file.
+rule of ``core/validate.pxd``: a pack that cannot be read is a ``PackError`` naming the file.
 """
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 import onemodel_cy as om
-from onemodel_cy import _packfmt
-from onemodel_cy._packfmt import PackError
+from onemodel_cy.data import packfmt as _packfmt
+from onemodel_cy.data.packfmt import PackError
 
 
 pytestmark = pytest.mark.usefixtures("without_fsync")     # conftest.py
@@ -145,7 +145,7 @@ def test_headers_of_other_lengths_are_read_where_alignment_allows(tmp_path):
     for i, old in enumerate(before):
         new = ds.get_sample(i)
         assert new.image.tobytes() == old.image.tobytes() and new.label == old.label
-    from onemodel_cy._fetch import build_batch
+    from onemodel_cy.collate.fetch import build_batch
     indices = np.arange(3, dtype=np.int64)
     fast, slow = (build_batch(col, ds, indices, 1, 0, 0, route=r) for r in ("packed", "samples"))
     assert fast.images.tobytes() == slow.images.tobytes() and fast.labels.tolist() == [0, 1, 2]

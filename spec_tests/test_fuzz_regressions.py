@@ -3,7 +3,7 @@
 Each runs the crashing call in a child process, so a segfault or a sanitizer abort fails
 the test instead of ending pytest. The child prints how the call ended (``ok`` or the
 exception type); the test asks for an outcome the project's exception rule allows
-(``onemodel_cy/_validate.pxd``: TypeError for the wrong kind, ValueError for a value out of
+(``onemodel_cy/core/validate.pxd``: TypeError for the wrong kind, ValueError for a value out of
 range) or the oracle's result.
 
 Under the sanitizer build (docs/safety.md) the children inherit the preloaded runtime, so a

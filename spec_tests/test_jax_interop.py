@@ -27,7 +27,7 @@ except ImportError as exc:  # loud on purpose: these tests must run in CI
                       "`pip install -e '.[test,torch,jax]'`") from exc
 
 import onemodel_cy as om
-from onemodel_cy._batch import FIELDS
+from onemodel_cy.collate.batch import FIELDS
 from onemodel_cy.interop import to_jax
 from harness import _guard  # noqa: F401  (autouse: no worker thread may outlive a test)
 from harness import ROOT

@@ -279,7 +279,7 @@ def test_a_workspace_serves_one_collation_at_a_time(om):
     """§5 per-worker workspace: handing a workspace that a collation is still using (here,
     from inside that collation's augmentation) to a second collation is refused, so two
     collations never share one slot table or scratch."""
-    from onemodel_cy._collate import Workspace
+    from onemodel_cy.collate.collator import Workspace
     ws = Workspace(2)
     samples = [om.Sample(_pixels(k, (1, 2, 3)), [k], k) for k in range(2)]
     seen = []
@@ -702,7 +702,7 @@ def test_steady_state_consumer_allocates_only_the_batch_objects(om, workers):
     16 and of 64 of the same images cost within 64 bytes of each other, so nothing is
     allocated per sample."""
     per_batch, new_misses = _consumer_bytes_per_batch(om, workers, 16)
-    # A packed dataset's workers run in the packed lane (_lane.pyx), where the consumer
+    # A packed dataset's workers run in the packed lane (workers/lane.pyx), where the consumer
     # makes each batch's array objects itself, as at 0 workers; elsewhere the worker does.
     assert per_batch < 2048, per_batch      # measured: ~1,050 (0 workers), ~1,200 (2 workers, lane)
     assert new_misses == 0, new_misses

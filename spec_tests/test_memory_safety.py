@@ -41,7 +41,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def run_isolated(code: str, timeout: float = 60) -> str:
     """Run ``code`` in a fresh interpreter (with ``om`` and ``np`` imported); return its
     stdout, failing the test on a crash, a hang or a non-zero exit."""
-    prelude = ("import numpy as np\nimport onemodel_cy as om\nfrom onemodel_cy._fetch import build_batch\n"
+    prelude = ("import numpy as np\nimport onemodel_cy as om\nfrom onemodel_cy.collate.fetch import build_batch\n"
                "gather = lambda col, *a: build_batch(col, *a, route='packed')\n"
                "read = lambda col, *a: build_batch(col, *a, route='samples')\n")
     try:
@@ -300,11 +300,12 @@ def test_no_generated_setstate(om):
 def test_no_class_of_the_bottom_modules_has_generated_pickling():
     """Concern: memory safety (issue 13 class 3, pickling). Pickling is decided per class
     (``auto_pickle(False)`` and, where it makes sense, ``__reduce__`` through the
-    constructor): no class of _rng, _permute, _samplers, _datasets, _bufferpool or _image
-    carries Cython's __reduce_cython__ / __setstate_cython__."""
+    constructor): no class of the core modules, the datasets, the pool or §6 carries
+    Cython's __reduce_cython__ / __setstate_cython__."""
     import importlib
     found = []
-    for name in ("_rng", "_permute", "_samplers", "_datasets", "_bufferpool", "_image"):
+    for name in ("core.rng", "core.permute", "core.samplers", "core.sealed", "data.datasets", "collate.bufferpool",
+                 "data.image"):
         module = importlib.import_module(f"onemodel_cy.{name}")
         for cname, cls in vars(module).items():
             if isinstance(cls, type) and cls.__module__ == module.__name__:
@@ -402,7 +403,8 @@ def test_objects_made_by_new_alone_fail_cleanly(om):
         print(rng.next_u64() == om.SampleRng(0).next_u64())
         pool = om.BufferPool.__new__(om.BufferPool)
         print(pool.reserve(4096, 1) == 0, pool.stats()["bytes_held"] == 0)
-        from onemodel_cy._bufferpool import Block, SealedMemory
+        from onemodel_cy.collate.bufferpool import Block
+        from onemodel_cy.core.sealed import SealedMemory
         block = Block.__new__(Block)
         print(block.nbytes, expect(lambda: pickle.dumps(block), TypeError))
         del block
@@ -525,7 +527,7 @@ def test_concurrent_reserve_never_exceeds_max_bytes(om):
 def test_block_address_is_gone(om):
     """Concern: memory safety (architecture item 7, dead code). Block.address was dead
     code (nothing used it) and no longer exists."""
-    from onemodel_cy._bufferpool import Block
+    from onemodel_cy.collate.bufferpool import Block
     assert not hasattr(Block, "address")
 
 
@@ -563,7 +565,7 @@ def test_subclasses_do_not_pickle_as_their_base(om):
 def test_pool_window_checks_its_size_and_keeps_its_record_on_failure(om):
     """§5 (PoolWindow): a size that is not a non-negative integer is refused with the rule's
     types, and a reservation the pool refuses leaves the window's record where it was."""
-    from onemodel_cy._bufferpool import PoolWindow
+    from onemodel_cy.collate.bufferpool import PoolWindow
     window = PoolWindow.for_stream(om.BufferPool(max_bytes=1 << 20), 2, 1)
     assert window.count == 4
     with pytest.raises(ValueError):

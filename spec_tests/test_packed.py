@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 import onemodel_cy as om
-from onemodel_cy import _packfmt
-from onemodel_cy._packfmt import PackError
+from onemodel_cy.data import packfmt as _packfmt
+from onemodel_cy.data.packfmt import PackError
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 

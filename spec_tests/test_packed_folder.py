@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import onemodel_cy as om
-from onemodel_cy._packfmt import PackError
+from onemodel_cy.data.packfmt import PackError
 from onemodel_cy.cli import main
 
 Image = pytest.importorskip("PIL.Image")
@@ -92,7 +92,7 @@ def test_cli_pack_then_train(folder, tmp_path, capsys):
     assert "packed 3 samples" in printed and "skipped bad.png" in printed
     ds = om.PackedImageDataset(out, 0.5, 0.5)
     loader = om.DataLoader(ds, om.SequentialSampler(3, 3), om.ImageBatchCollator(pad_value=-1.0), seed=0)
-    from onemodel_cy._fetch import build_batch
+    from onemodel_cy.collate.fetch import build_batch
     batch = loader.batch_at(0)
     slow = build_batch(loader.collator, ds, np.arange(3, dtype=np.int64), 0, 0, 0, route="samples")
     assert np.asarray(batch.images).tobytes() == np.asarray(slow.images).tobytes()

@@ -1,7 +1,7 @@
 """§1 with the packed lane: worker threads that never take the GIL give the 0-worker stream.
 
 A loader in thread mode whose dataset has a packed view, with no transform and no Python
-augmentation, runs its workers in the packed lane (``_lane.pyx``): the consumer prepares
+augmentation, runs its workers in the packed lane (``workers/lane.pyx``): the consumer prepares
 each step (indices, slot table, layout, block) and the workers fill the block. The
 stream must stay the 0-worker stream byte for byte, at every position and after every
 reposition, with the ring's window (§1) and the pool's promise (§5) kept; errors arrive

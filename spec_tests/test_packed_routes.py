@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 import onemodel_cy as om
-from onemodel_cy._collate import simd_kernels
-from onemodel_cy._fetch import build_batch
+from onemodel_cy.collate.collator import simd_kernels
+from onemodel_cy.collate.fetch import build_batch
 from harness import batch_bits
 from pipeline_parts import PyDataset   # no packed view: the loader must call get_sample
 
@@ -153,7 +153,7 @@ def test_batches_past_the_cache_equal_the_samples_route(tmp_path, kind, multiple
     multiple of 8, gray, AVX2 or AVX-512) or, otherwise, plain ones; either way it is the
     samples route, bit for bit, at every width (so every tail of 0-15 pixels shares its
     last lanes with the padding, and rows start on both halves of a 64-byte line)."""
-    from onemodel_cy._collate import STREAMED_BATCH_BYTES
+    from onemodel_cy.collate.collator import STREAMED_BATCH_BYTES
     rng = np.random.default_rng(seed)
     n, height = 48, 64
     shape = (height,) if kind == "gray8" else (height, 3)

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 import onemodel_cy as om
-from onemodel_cy._bufferpool import Block
+from onemodel_cy.collate.bufferpool import Block
 from harness import _guard  # noqa: F401  (autouse: no worker may outlive a test)
 from harness import HERE, ROOT, Pipe, assert_no_workers, assert_same, finish, assert_stream_is_batch_at, drain, drain_ok
 from pipeline_parts import (DatasetBroke, DyingDataset, LockedDataset, RampDataset, StuckDataset,

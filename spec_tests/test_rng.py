@@ -392,9 +392,9 @@ def test_bulk_size_too_large_for_memory_is_a_value_error(om):
 
 
 def test_named_streams_are_module_constants(om):
-    """§2 streams are visible by name in ``onemodel_cy._rng`` (and declared in its stub,
+    """§2 streams are visible by name in ``onemodel_cy.core.rng`` (and declared in its stub,
     so type checkers see them), equal to the ``STREAMS`` table and the package's names."""
-    from onemodel_cy import _rng
+    from onemodel_cy.core import rng as _rng
     assert _rng.STREAMS == {"STREAM_TRANSFORM": 0, "STREAM_AUGMENTATION": 1, "STREAM_SYNTH_SHAPE": 2,
                             "STREAM_SYNTH_PIXELS": 3, "STREAM_EPOCH_ORDER": 101, "STREAM_MIXING": 102,
                             "STREAM_BUCKET_ORDER": 103, "STREAM_BUCKET_PLACE": 104}

@@ -23,8 +23,10 @@ import pytest
 
 import onemodel_cy
 
-COMPILED = ["_validate", "_rng", "_permute", "_samplers", "_datasets", "_bufferpool", "_pacing", "_augment",
-            "_batch", "_collate", "_fetch", "_pipeline", "_image", "_packed", "_textlines",
+COMPILED = ["core.validate", "core.rng", "core.permute", "core.samplers", "core.sealed",
+            "data.datasets", "data.image", "data.packed", "data.textlines",
+            "collate.bufferpool", "collate.pacing", "collate.augment", "collate.batch", "collate.collator",
+            "collate.fetch", "collate.pipeline",
             "workers.window", "workers.lane", "workers.shmring", "workers.taskboard",
             "testing._alloccount"]
 PACKAGE_DIR = os.path.dirname(os.path.abspath(onemodel_cy.__file__))

@@ -83,7 +83,7 @@ def test_ink_is_the_font_of_the_targets(om, p, count):
     level in [0.5, 1); the width is the contract's sum of margins, glyphs and gaps."""
     p["noise"] = 0.0
     ds = om.SyntheticTextLines(count, **p)
-    s, font = p["scale"], om._textlines.FONT
+    s, font = p["scale"], om.data.textlines.FONT
     for i in range(count):
         sample = ds[i]
         image = sample.image[0]
@@ -216,6 +216,6 @@ def test_index_errors(om):
     test_stubs.test_parameter_names_match_embedded_signatures, test_stubs.test_defaults_match_embedded_signatures,
 ], ids=lambda f: f.__name__)
 def test_stub_of_the_module(check):
-    """Concern: type stubs. ``_textlines.pyi`` passes every check ``test_stubs.py`` makes of
+    """Concern: type stubs. ``data/textlines.pyi`` passes every check ``test_stubs.py`` makes of
     the other compiled modules (names, members, bases, parameters, defaults)."""
-    check("_textlines")
+    check("data.textlines")

@@ -1,4 +1,4 @@
-/* Overflow-checked size arithmetic (one home: _validate.pxd declares these).
+/* Overflow-checked size arithmetic (one home: core/validate.pxd declares these).
    Each returns 1 when the exact result does not fit, leaving *out unspecified; 0 otherwise.
    Every byte or element count a kernel relies on is computed through these, so a check can
    never pass on a wrapped value. */

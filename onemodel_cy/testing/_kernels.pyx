@@ -7,8 +7,8 @@ made unreadable, to prove that no kernel reads past an image's last pixel.
 cimport numpy as cnp
 import numpy as np
 
-from onemodel_cy._row cimport convert_gray, stream_fence
-from onemodel_cy._validate cimport as_size, checked_mul
+from onemodel_cy.data.row cimport convert_gray, stream_fence
+from onemodel_cy.core.validate cimport as_size, checked_mul
 
 cnp.import_array()
 

@@ -4,9 +4,9 @@ import threading
 import weakref
 from typing import Any, final
 
-from onemodel_cy._batch import ImageBatch
-from onemodel_cy._bufferpool import PoolWindow
-from onemodel_cy._pipeline import Pipeline
+from onemodel_cy.collate.batch import ImageBatch
+from onemodel_cy.collate.bufferpool import PoolWindow
+from onemodel_cy.collate.pipeline import Pipeline
 from onemodel_cy.workers.window import StepWindow
 
 SPIN_NS: int

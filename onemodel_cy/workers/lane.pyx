@@ -14,7 +14,7 @@ worker takes the posted slot of the lowest step, writes the batch's columns and 
 into the block (``fill_batch``: the same code, with the same arguments, as the 0-worker
 route) and marks the slot done; the consumer hands the batch out once it is done. So
 the bytes are the 0-worker route's, whatever the timing. Both halves are the
-pipeline's (``Pipeline.prepare`` and ``fill``, ``_pipeline.pyx``).
+pipeline's (``Pipeline.prepare`` and ``fill``, ``collate/pipeline.pyx``).
 
 Errors: a step whose preparation raises is built again by the pipeline's ``build`` on
 the consumer, so its exception is the one every other route raises (a build that then
@@ -41,11 +41,11 @@ import time
 import warnings
 import weakref
 
-from onemodel_cy._typedefs cimport i64
-from onemodel_cy._batch cimport ImageBatch
-from onemodel_cy._bufferpool import PoolWindow
-from onemodel_cy._collate cimport Workspace
-from onemodel_cy._pipeline cimport Pipeline, Prepared, fill
+from onemodel_cy.core.typedefs cimport i64
+from onemodel_cy.collate.batch cimport ImageBatch
+from onemodel_cy.collate.bufferpool import PoolWindow
+from onemodel_cy.collate.collator cimport Workspace
+from onemodel_cy.collate.pipeline cimport Pipeline, Prepared, fill
 from onemodel_cy.workers.window cimport StepWindow
 
 from onemodel_cy.workers.protocol import StuckWorkerWarning

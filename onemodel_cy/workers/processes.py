@@ -42,7 +42,7 @@ import threading
 import time
 import weakref
 
-from onemodel_cy._validate import note_exception
+from onemodel_cy.core.validate import note_exception
 from onemodel_cy.workers.process_link import Worker, context
 from onemodel_cy.workers.shmring import Segment, ShmRing
 from onemodel_cy.workers.taskboard import TaskBoard, board_bytes

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     import weakref
 
-    from onemodel_cy._batch import ImageBatch
-    from onemodel_cy._pipeline import Pipeline
+    from onemodel_cy.collate.batch import ImageBatch
+    from onemodel_cy.collate.pipeline import Pipeline
     from onemodel_cy.workers.window import StepWindow
 
 __all__ = ["Engine", "StuckWorkerWarning", "DEFAULT_JOIN_TIMEOUT"]

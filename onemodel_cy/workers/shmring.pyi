@@ -1,8 +1,8 @@
 # Type stubs for the compiled module onemodel_cy.workers.shmring (process workers' shared ring).
 from typing import SupportsIndex, final
 
-from onemodel_cy._batch import ImageBatch
-from onemodel_cy._bufferpool import BufferPool
+from onemodel_cy.collate.batch import ImageBatch
+from onemodel_cy.collate.bufferpool import BufferPool
 
 PAGE: int
 HUGE: int

@@ -6,7 +6,7 @@ on Linux; elsewhere a temporary file unlinked as soon as it is open). It has no 
 it dies: the memory goes when the last process mapping it has exited or unmapped it.
 The file descriptor travels between processes over the worker's socket (``SCM_RIGHTS``).
 
-Two pools, both :class:`~onemodel_cy._bufferpool.BufferPool` subclasses, so a batch over
+Two pools, both :class:`~onemodel_cy.collate.bufferpool.BufferPool` subclasses, so a batch over
 shared memory is an ordinary :class:`ImageBatch` whose arrays are views of a ``Block``:
 
 * :class:`ShmRing`, the consumer's side: ring slots, each one segment. ``batch(slot,
@@ -25,9 +25,9 @@ from libc.string cimport memcpy, memset
 import os
 import tempfile
 
-from onemodel_cy._bufferpool cimport BufferPool, Block, RawBlock
-from onemodel_cy._batch cimport BatchLayout, ImageBatch, plan_layout, batch_in_block
-from onemodel_cy._validate cimport as_index, as_size, checked_mul
+from onemodel_cy.collate.bufferpool cimport BufferPool, Block, RawBlock
+from onemodel_cy.collate.batch cimport BatchLayout, ImageBatch, plan_layout, batch_in_block
+from onemodel_cy.core.validate cimport as_index, as_size, checked_mul
 
 cdef extern from "<sys/mman.h>" nogil:
     void* mmap(void* addr, size_t length, int prot, int flags, int fd, long offset)

@@ -24,7 +24,7 @@ cimport cython
 from libc.stdint cimport int64_t
 
 from onemodel_cy.workers.shmring cimport Segment
-from onemodel_cy._validate cimport as_size
+from onemodel_cy.core.validate cimport as_size
 
 cdef extern from *:
     """

@@ -31,7 +31,7 @@ import time
 import warnings
 import weakref
 
-from onemodel_cy._bufferpool import PoolWindow
+from onemodel_cy.collate.bufferpool import PoolWindow
 from onemodel_cy.workers.protocol import StuckWorkerWarning
 from onemodel_cy.workers.window import StepWindow
 

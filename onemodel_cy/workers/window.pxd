@@ -1,5 +1,5 @@
 # §1 the step window every worker engine shares (window.pyx).
-from onemodel_cy._typedefs cimport i64
+from onemodel_cy.core.typedefs cimport i64
 
 cdef class StepWindow:
     cdef readonly i64 prefetch

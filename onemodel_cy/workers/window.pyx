@@ -19,7 +19,7 @@ kept engine. When the window must move elsewhere, they call the engine's ``drop(
 which empties the engine's own ring and then calls ``moved(start)``. Not thread-safe:
 each engine calls it under its own lock.
 """
-from onemodel_cy._typedefs cimport i64
+from onemodel_cy.core.typedefs cimport i64
 
 
 cdef class StepWindow:

@@ -1,0 +1,119 @@
+"""§1 the recipe: what global step ``g`` holds, for this rank, built whole or in two halves.
+
+A :class:`Pipeline` is the part of a loader the batches are a function of: dataset,
+sampler, collator, seed, transform and the rank's slot range. It is the one place that
+turns ``g`` into ``(epoch, step)`` (``locate``) and builds the batch (``build``). Every
+route runs it: 0 workers and ``batch_at`` on the consumer, thread workers, the packed
+lane, and worker processes, which receive it pickled. Workers only decide *when* a step
+is built; what it holds comes from here.
+
+The split: for a dataset with a packed view, no transform and no Python augmentation,
+``build`` is ``prepare`` (under the GIL: the sampler's indices, the slot table pointed at
+the packed storage, the batch's layout and pool block) followed by ``fill`` (the columns
+and images written without the GIL, ``collate/pipeline.pxd``). The packed lane runs the two
+halves on two threads; ``splits()`` says whether they apply. Both halves are the very
+code of ``build`` (``gather_packed``, ``ImageBatchCollator.plan`` and ``fill_batch``), so
+the bytes are the same.
+"""
+cimport numpy as cnp
+
+from onemodel_cy.core.typedefs cimport u64, i64
+from onemodel_cy.core.validate cimport as_index, as_u64
+from onemodel_cy.collate.batch cimport batch_in_block
+from onemodel_cy.collate.bufferpool cimport Block
+from onemodel_cy.collate.collator cimport Workspace, ImageBatchCollator
+from onemodel_cy.data.datasets cimport PackedImages, PackedSource
+from onemodel_cy.collate.fetch cimport gather_packed
+
+from onemodel_cy.collate.fetch import build_batch
+
+cnp.import_array()
+
+
+cdef class Pipeline:
+    """Global step ``g`` -> slots ``[lo, hi)`` of its global batch (§1), as an ``ImageBatch``.
+
+    Parameters are the loader's, checked there: ``dataset``, ``sampler``, ``collator``,
+    ``seed`` (an integer mod 2**64), ``transform`` (or None), and the rank's slot range
+    ``lo``, ``hi``. Read-only; pickles (to worker processes) when its parts do.
+    """
+
+    def __init__(self, dataset, sampler, ImageBatchCollator collator not None, seed, transform, lo, hi):
+        self.dataset, self.sampler, self.collator, self.transform = dataset, sampler, collator, transform
+        self.seed64 = as_u64(seed, "seed")
+        self.seed = self.seed64
+        self.lo, self.hi = as_index(lo, "lo"), as_index(hi, "hi")
+        if not 0 <= self.lo < self.hi:
+            raise ValueError(f"need 0 <= lo < hi, received lo={self.lo}, hi={self.hi}")
+
+    def __reduce__(self):
+        return (type(self), (self.dataset, self.sampler, self.collator, self.seed, self.transform, self.lo,
+                             self.hi))
+
+    def locate(self, g):
+        """``(epoch, step)`` of global step ``g``: the one place the loader divides by the epoch."""
+        return divmod(g, self.sampler.steps_per_epoch)
+
+    def workspace(self, pacing=None):
+        """A building thread's own workspace (§5: reused from batch to batch)."""
+        return Workspace(self.sampler.batch_size, pacing)
+
+    def with_pool(self, pool):
+        """The same pipeline with a collator renting its batches from ``pool`` (a worker
+        process builds into shared memory): the same bytes, other memory."""
+        c = self.collator
+        return type(self)(self.dataset, self.sampler,
+                          ImageBatchCollator(c.width_multiple, c.pad_value, c.augmentation, pool=pool),
+                          self.seed, self.transform, self.lo, self.hi)
+
+    def build(self, g, Workspace workspace not None):
+        """Global step ``g``: the sampler's indices, then this rank's slots fetched and collated."""
+        epoch, step = self.locate(g)
+        count = self.sampler.indices_into(epoch, step, workspace.indices)
+        return build_batch(self.collator, self.dataset, workspace.indices, self.seed, epoch, step,
+                           start=self.lo, stop=min(self.hi, count), transform=self.transform, global_step=g,
+                           workspace=workspace)
+
+    def splits(self):
+        """Whether ``prepare`` + ``fill`` can build its steps: a dataset whose packed view
+        serves (not a subclass with its own ``get_sample``), no transform, no Python
+        augmentation."""
+        cdef PackedImages view
+        return (self.transform is None and isinstance(self.dataset, PackedSource)
+                and (<PackedSource>self.dataset).packed_view(&view)
+                and not (<ImageBatchCollator>self.collator)._python_augmentation)
+
+    cdef object prepare(self, i64 g, Workspace ws, Prepared* out):
+        """The first half of ``build(g, ws)``: the batch, its block not yet written, and in
+        ``out`` what ``fill`` writes into it. None when this step cannot be split (the
+        packed view refused, or a slot range ``build`` refuses): ``build`` then builds it,
+        and says what is wrong. Holds ``ws`` (``claim_workspace``) until the caller lets
+        it go, once the fill is done."""
+        cdef PackedImages view
+        if not (<PackedSource>self.dataset).packed_view(&view):
+            return None
+        epoch, step = self.locate(g)
+        count = self.sampler.indices_into(epoch, step, ws.indices)
+        cdef Py_ssize_t lo = self.lo, hi = as_index(min(self.hi, count), "stop")   # as build_batch checks it
+        if not 0 <= lo < hi <= ws.indices.shape[0]:
+            return None
+        cdef u64 epoch64 = as_u64(epoch, "epoch"), step64 = as_u64(step, "step")
+        cdef ImageBatchCollator collator = self.collator
+        cdef Py_ssize_t shape[2]
+        cdef Py_ssize_t total_width
+        cdef bint baton = False
+        collator.claim_workspace(ws)
+        try:
+            read = gather_packed(ws, &view, <const i64*>cnp.PyArray_DATA(ws.indices), lo, hi, shape)
+            (<PackedSource>self.dataset).pixels_read(read)
+            block = collator.plan(ws.jobs, hi - lo, shape[0], shape[1], &out.layout, &total_width)
+            batch = batch_in_block(block, &out.layout, epoch, step, g)
+        except BaseException:
+            ws.let_go(hi - lo, &baton)
+            raise
+        out.jobs, out.n, out.first_slot = ws.jobs, hi - lo, lo
+        out.data = (<Block>block).data
+        out.kernel = &collator._kernel
+        out.pad = collator.pad_value
+        out.seed, out.epoch, out.step = self.seed64, epoch64, step64
+        return batch

@@ -1,0 +1,214 @@
+"""The pack writer: ``onemodel_cy.pack(...)`` and ``onemodel-cy pack`` (``docs/packed-format.md``).
+
+Three sources: a folder of image files with a labels file (decoded with Pillow, the
+``pack`` extra, in threads: Pillow decodes and resizes without the GIL), any iterable of
+``(image, target, label)`` or ``(image, target, label, key)``, and any dataset with
+``get_sample``. A pack is written into a hidden temporary folder beside the destination
+and renamed into place only once its manifest is written, so an interrupted pack never
+looks complete; what could not be packed is listed in the returned :class:`PackReport`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+import shutil
+import time
+
+import numpy as np
+
+import onemodel_cy.data.packfmt as _packfmt
+from onemodel_cy.data.packfmt import (FORMAT, HEADER_BYTES, VERSION, PackError, array_entry, npy_header,
+                                      sync, write_manifest, write_npy)
+
+__all__ = ["pack", "PackReport", "PackError"]
+
+
+@dataclasses.dataclass
+class PackReport:
+    """What :func:`pack` wrote: the pack's folder, how many samples, what it skipped
+    (``(item, reason)`` pairs: a file name, or an item's position in the source), the
+    seconds it took and the bytes of the pack on disk."""
+    path: str
+    count: int
+    skipped: list
+    seconds: float
+    bytes: int
+
+    def summary(self) -> str:
+        lines = [f"packed {self.count} samples into {self.path} ({self.bytes / 1e6:.1f} MB) in "
+                 f"{self.seconds:.1f} s ({self.count / max(self.seconds, 1e-9):.0f} samples/s); "
+                 f"skipped {len(self.skipped)}"]
+        lines += [f"  skipped {item}: {reason}" for item, reason in self.skipped]
+        return "\n".join(lines)
+
+
+class _PackWriter:
+    """Appends samples to a pack under construction in a temporary folder."""
+
+    def __init__(self, out: str, overwrite: bool):
+        self.out = os.path.abspath(os.fspath(out))
+        if os.path.exists(self.out) and not overwrite:
+            raise FileExistsError(f"{self.out}: already exists (pass overwrite=True / --overwrite to replace it)")
+        parent, name = os.path.split(self.out)
+        os.makedirs(parent, exist_ok=True)
+        self.tmp = os.path.join(parent, f".{name}.partial-{os.getpid()}-{secrets.token_hex(4)}")
+        os.mkdir(self.tmp)
+        self.pixels = open(os.path.join(self.tmp, "pixels.npy"), "wb")
+        self.pixels.write(b"\0" * HEADER_BYTES)      # the real header once the size is known
+        self.kind = None
+        self.total = 0
+        self.offsets, self.shapes, self.labels, self.keys = [], [], [], []
+        self.targets, self.target_ends = [], [0]
+
+    def add(self, image: np.ndarray, target: np.ndarray, label: int, key) -> None:
+        """One sample, already checked: uint8 [H, W] / [H, W, 3] or float32 [C, H, W]."""
+        if image.dtype == np.uint8:
+            kind = "gray8" if image.ndim == 2 else "rgb8"
+            c, h, w = (1, *image.shape) if image.ndim == 2 else (3, image.shape[0], image.shape[1])
+        else:
+            kind, (c, h, w) = "float32", image.shape
+        if self.kind is None:
+            self.kind = kind
+        elif kind != self.kind:
+            raise TypeError(f"every image of a pack has one kind of pixels: the first was {self.kind}, "
+                            f"sample {len(self.labels)} is {kind}")
+        self.pixels.write(np.ascontiguousarray(image, dtype="<f4" if kind == "float32" else "|u1").tobytes())
+        self.offsets.append(self.total)
+        self.total += c * h * w
+        self.shapes.append((c, h, w))
+        self.targets.append(target)
+        self.target_ends.append(self.target_ends[-1] + target.shape[0])
+        self.labels.append(label)
+        self.keys.append(None if key is None else str(key).encode("utf-8"))
+
+    def finish(self, vocabulary, source: str) -> int:
+        """Write the arrays and the manifest, then rename the folder into place."""
+        n = len(self.labels)
+        if n == 0:
+            raise ValueError("nothing to pack: every item was skipped or the source was empty")
+        descr = "<f4" if self.kind == "float32" else "|u1"
+        self.pixels.seek(0)
+        self.pixels.write(npy_header(descr, (self.total,)))
+        sync(self.pixels)
+        self.pixels.close()
+        arrays = {"pixels": (descr, (self.total,))}
+        columns = {"pixel_offsets": ("<i8", self.offsets), "shapes": ("<i8", np.array(self.shapes).reshape(n, 3)),
+                   "targets": ("<i4", np.concatenate(self.targets) if self.targets else []),
+                   "target_offsets": ("<i8", self.target_ends), "labels": ("<i4", self.labels)}
+        if all(key is not None for key in self.keys):
+            ends = np.cumsum([0] + [len(key) for key in self.keys])
+            columns["keys"] = ("|u1", np.frombuffer(b"".join(self.keys), dtype=np.uint8))
+            columns["key_offsets"] = ("<i8", ends)
+        for name, (descr_, values) in columns.items():
+            values = np.asarray(values, dtype=np.dtype(descr_))
+            write_npy(os.path.join(self.tmp, f"{name}.npy"), values, descr_)
+            arrays[name] = (descr_, values.shape)
+        manifest = {"format": FORMAT, "version": VERSION, "count": n, "pixels": self.kind,
+                    "vocabulary": vocabulary, "source": source,
+                    "arrays": {name: array_entry(self.tmp, name, d, shape) for name, (d, shape) in arrays.items()}}
+        write_manifest(self.tmp, manifest)      # last: a folder without it is no pack
+        self.move_into_place()
+        return n
+
+    def move_into_place(self) -> None:
+        old = None
+        if os.path.exists(self.out):
+            old = f"{self.tmp}.replaced"
+            os.rename(self.out, old)
+        os.rename(self.tmp, self.out)
+        sync_folder(os.path.dirname(self.out))      # the rename itself reaches the disk
+        if old is not None:
+            shutil.rmtree(old)
+
+    def abort(self) -> None:
+        if not self.pixels.closed:
+            self.pixels.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def sync_folder(folder: str) -> None:
+    """fsync a folder (its entries), where the platform allows opening one."""
+    if not _packfmt.FSYNC or not hasattr(os, "O_DIRECTORY"):
+        return
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def pack(source, out, *, labels=None, height=32, mode="L", vocabulary=None, workers=None,
+         progress=True, overwrite=False) -> PackReport:
+    """Write a pack (``docs/packed-format.md``) to the folder ``out``.
+
+    Parameters
+    ----------
+    source : folder path, iterable, or dataset
+        A folder of image files (with ``labels=``), an iterable of ``(image, target,
+        label)`` or ``(image, target, label, key)`` with a uint8 ``[H, W]`` / ``[H, W, 3]``
+        or float32 ``[C, H, W]`` image, or any object with ``get_sample(i)`` and ``len``.
+    out : path
+        The pack's folder; must not exist unless ``overwrite``.
+    labels : path, optional
+        For a folder: a UTF-8 text file, one ``file name<TAB>text`` per line.
+    height : int, default 32
+        For a folder: every image is resized to this height, keeping its aspect ratio.
+    mode : {"L", "RGB"}, default "L"
+        For a folder: 8-bit grey or 8-bit RGB pixels.
+    vocabulary : sequence of str, optional
+        The symbols (symbol ``k + 1`` is ``vocabulary[k]``, 0 is left to the CTC blank).
+        For a folder, the characters text may use (by default every character of the
+        non-empty texts, sorted, taken before decoding: it covers a text whose image turns
+        out unreadable too); for any other source it is recorded in the manifest as given.
+    workers : int, optional
+        Decoding threads for a folder (default: the number of CPUs).
+    progress : bool, default True
+        Show a tqdm progress bar (when tqdm is installed).
+    overwrite : bool, default False
+        Replace an existing ``out`` (only once the new pack is complete).
+    """
+    started = time.perf_counter()
+    writer = _PackWriter(out, overwrite)
+    try:
+        if isinstance(source, (str, os.PathLike)):
+            if labels is None:
+                raise TypeError("packing a folder needs labels= (a file of 'name<TAB>text' lines)")
+            from onemodel_cy.data.packsources import folder_samples
+            items, skipped, vocab, total = folder_samples(source, labels, height, mode, vocabulary, workers)
+            name = "folder"
+        elif hasattr(source, "get_sample"):
+            from onemodel_cy.data.packsources import dataset_samples
+            items, skipped, total, name = (*dataset_samples(source), len(source), "dataset")
+            vocab = recorded_vocabulary(vocabulary)
+        else:
+            from onemodel_cy.data.packsources import iterable_samples
+            items, skipped, total, name = (*iterable_samples(source), None, "iterable")
+            vocab = recorded_vocabulary(vocabulary)
+        for image, target, label, key in with_progress(items, total, progress):
+            writer.add(image, target, label, key)
+        count = writer.finish(vocab, name)
+    except BaseException:
+        writer.abort()
+        raise
+    size = sum(os.path.getsize(os.path.join(writer.out, f)) for f in os.listdir(writer.out))
+    return PackReport(writer.out, count, skipped, time.perf_counter() - started, size)
+
+
+def recorded_vocabulary(vocabulary):
+    """A vocabulary given with an iterable or a dataset is recorded as given (its targets
+    are already symbols)."""
+    if vocabulary is None:
+        return None
+    from onemodel_cy.data.packsources import symbol_table
+    return symbol_table(vocabulary, ())
+
+
+def with_progress(items, total, progress):
+    if not progress:
+        return items
+    try:
+        from tqdm import tqdm
+    except ImportError:           # the bar is a convenience: pack without it
+        return items
+    return tqdm(items, total=total, unit="img", desc="packing")

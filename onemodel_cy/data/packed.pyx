@@ -1,0 +1,289 @@
+"""``PackedImageDataset``: a pack on disk (``docs/packed-format.md``), memory-mapped, on the fast path.
+
+The pixels stay in the file: ``pixels.npy`` is mapped read-only and nothing is read until
+a batch needs it, so a pack may be larger than memory and processes opening the same pack
+share its pages through the page cache. Every other array (offsets, shapes, targets,
+labels) is checked once when the pack is opened and then held as a sealed private copy:
+every bound the GIL-free fetch step uses comes from memory no one can change, and the
+mapped file only supplies pixel values (docs/safety.md, "Memory-mapped packs").
+
+``get_sample(i)`` is ``gray8_to_planar``/``rgb8_to_planar`` of the stored pixels (§6, D15)
+or a copy of stored float32; the loader's fetch step instead reads the 8-bit pixels
+itself and converts them while it writes the padded batch (``src/row.h``:
+``om_convert_image``, and for gray pixels the AVX2/AVX-512 ``om_convert_gray``), with
+the same float32 operations per pixel: both routes give the same bytes.
+"""
+cimport cython
+cimport numpy as cnp
+from posix.mman cimport madvise, MADV_DONTNEED
+from posix.unistd cimport sysconf, _SC_PAGESIZE
+import os
+
+import numpy as np
+
+from onemodel_cy.core.typedefs cimport i64, i32
+from onemodel_cy.core.validate cimport as_index, as_size
+from onemodel_cy.core.sealed cimport sealed_copy
+from onemodel_cy.data.datasets cimport (PackedImages, PackedSource, Sample, PIXELS_FLOAT32, PIXELS_GRAY8,
+                                        PIXELS_RGB8)
+from onemodel_cy.data.image import gray8_to_planar, rgb8_to_planar
+from onemodel_cy.data.packfmt import PackError, load_index, read_manifest
+
+cnp.import_array()
+
+VERIFY = ("index", "full")
+DEFAULT_RESIDENT_LIMIT = 1 << 30     # bytes of pixels a process keeps mapped in, by default
+KIND_CODES = {"gray8": PIXELS_GRAY8, "rgb8": PIXELS_RGB8, "float32": PIXELS_FLOAT32}
+
+
+def planar_constants(mean, std, channels):
+    """§6's float32 ``scale = 1 / (255 * std)`` and ``bias = mean / std`` per channel (D15):
+    ``mean`` and ``std`` rounded to float32 first, one rounding per operation, exactly as
+    ``gray8_to_planar`` computes them. Returns a float32 array ``[scale0..2, bias0..2]``."""
+    cdef object shape = [1, 1] if channels == 1 else [1, 1, 3]
+    probe = np.zeros(shape, dtype=np.uint8)
+    (gray8_to_planar if channels == 1 else rgb8_to_planar)(probe, mean, std)    # §6's own checks
+    means = np.asarray(mean, dtype=np.float64).reshape(-1).astype(np.float32)
+    stds = np.asarray(std, dtype=np.float64).reshape(-1).astype(np.float32)
+    means = np.repeat(means, channels) if means.size == 1 else means
+    stds = np.repeat(stds, channels) if stds.size == 1 else stds
+    out = np.zeros(6, dtype=np.float32)
+    for c in range(channels):
+        out[c] = np.float32(1.0) / (np.float32(255.0) * stds[c])
+        out[3 + c] = means[c] / stds[c]
+    return out
+
+
+cdef cnp.ndarray sealed(array, int typenum):
+    return sealed_copy(np.ascontiguousarray(array), typenum, "pack storage")
+
+
+@cython.auto_pickle(False)
+cdef class PackedImageDataset(PackedSource):
+    """A pack written by :func:`onemodel_cy.pack`, read through a read-only memory map.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The pack's folder (holding ``manifest.json``).
+    mean, std : float or sequence of float, optional
+        §6's constants (one, or one per channel for RGB), required for 8-bit packs; a
+        float32 pack is served as stored and takes neither.
+    verify : {"index", "full"}, default "index"
+        ``"index"`` checks every array's size, header and, except for the pixels, its
+        SHA-256 on opening; ``"full"`` hashes the pixels too (reads the whole pack once).
+    resident_limit : int or None, default 2**30
+        Bytes of pixels the loader's fast path reads before it gives the mapping's pages
+        back (:meth:`release_pages`), so a pass over a pack larger than memory keeps this
+        process's resident size flat at about this much. A pack whose pixels are no larger
+        never releases (it stays mapped in whole); None never releases. The pages stay in
+        the page cache, shared with other processes: a release costs only page faults.
+
+    Raises
+    ------
+    PackError
+        (a ``ValueError``) naming the file, for a missing or truncated array, another
+        format version, a SHA-256 mismatch, an image outside the pixels or of width 0.
+    """
+    cdef readonly Py_ssize_t count
+    cdef readonly str path
+    cdef readonly str pixel_kind        # "gray8", "rgb8" or "float32"
+    cdef readonly object manifest
+    cdef readonly object mean, std, verify
+    cdef int _kind
+    cdef cnp.ndarray _pixels            # the read-only memory map of pixels.npy (kept alive here)
+    cdef cnp.ndarray _pixel_offsets, _shapes, _targets, _target_offsets, _labels, _convert
+    cdef object _keys, _key_offsets
+    cdef bint _initialised, _claimed
+    cdef readonly object resident_limit
+    cdef readonly Py_ssize_t pages_released  # releases so far (automatic and release_pages())
+    cdef Py_ssize_t _release_after           # bytes read between releases; 0: never
+    cdef Py_ssize_t _read_since_release
+
+    def __init__(self, path, mean=None, std=None, verify="index", resident_limit=DEFAULT_RESIDENT_LIMIT):
+        if self._claimed:
+            raise RuntimeError("PackedImageDataset.__init__ was already called on this dataset (workers may "
+                               "be reading its storage); open a new one")
+        self._claimed = True
+        if verify not in VERIFY:
+            raise ValueError(f"verify must be one of {VERIFY}, received {verify!r}")
+        limit = None if resident_limit is None else as_size(resident_limit, "resident_limit")
+        if limit == 0:
+            raise ValueError("resident_limit must be a positive number of bytes, or None (never release), "
+                             "received 0")
+        folder = os.fspath(path)
+        manifest = read_manifest(folder)
+        kind = manifest["pixels"]
+        if kind == "float32" and (mean is not None or std is not None):
+            raise ValueError(f"{folder} holds float32 pixels, served as stored: pass neither mean nor std, "
+                             f"received mean={mean!r}, std={std!r}")
+        if kind != "float32" and (mean is None or std is None):
+            raise ValueError(f"{folder} holds {kind} pixels: give mean= and std= for §6's conversion, "
+                             f"received mean={mean!r}, std={std!r}")
+        convert = (np.zeros(6, dtype=np.float32) if kind == "float32"
+                   else planar_constants(mean, std, 1 if kind == "gray8" else 3))
+        arrays = load_index(folder, manifest, verify)
+        self._install(arrays, convert)
+        self.path, self.manifest, self.pixel_kind = folder, manifest, kind
+        self.mean, self.std, self.verify = mean, std, verify
+        self.resident_limit = limit
+        if limit is not None and limit < cnp.PyArray_NBYTES(self._pixels):
+            self._release_after = limit
+        self._kind = KIND_CODES[kind]
+        self.count = manifest["count"]
+        self._initialised = True
+
+    cdef _install(self, dict arrays, convert):
+        cdef cnp.ndarray pixels = arrays["pixels"]
+        if pixels.flags.writeable or not cnp.PyArray_ISALIGNED(pixels):
+            raise AssertionError("pixels.npy must be mapped read-only and aligned")
+        self._pixels = pixels
+        self._pixel_offsets = sealed(arrays["pixel_offsets"], cnp.NPY_INT64)
+        self._shapes = sealed(arrays["shapes"], cnp.NPY_INT64)
+        self._targets = sealed(arrays["targets"], cnp.NPY_INT32)
+        self._target_offsets = sealed(arrays["target_offsets"], cnp.NPY_INT64)
+        self._labels = sealed(arrays["labels"], cnp.NPY_INT32)
+        self._convert = sealed(convert, cnp.NPY_FLOAT32)
+        self._keys = arrays.get("keys")
+        self._key_offsets = arrays.get("key_offsets")
+
+    def __len__(self):
+        return self.count
+
+    def __repr__(self):
+        return f"PackedImageDataset({self.path!r}, <{self.count} {self.pixel_kind} samples>)"
+
+    def __reduce__(self):
+        ready(self)
+        if type(self) is not PackedImageDataset:
+            raise TypeError(f"{type(self).__name__} must define __reduce__ to be pickled")
+        return (reopen, (self.path, self.mean, self.std, self.verify, self.resident_limit))
+
+    cdef int pixels_read(self, Py_ssize_t nbytes) except -1:
+        # Holding the GIL (the fetch step calls it after each gather): the count is exact.
+        if self._release_after == 0:
+            return 0
+        self._read_since_release += nbytes
+        if self._read_since_release >= self._release_after:
+            self.release_mapping()
+        return 0
+
+    cdef int release_mapping(self) except -1:
+        """``madvise(MADV_DONTNEED)`` over the pixels' whole pages, without the GIL (a
+        release of a gigabyte walks a quarter of a million page-table entries)."""
+        cdef size_t page = <size_t>sysconf(_SC_PAGESIZE)
+        cdef size_t start = <size_t>cnp.PyArray_DATA(self._pixels)
+        cdef size_t end = start + <size_t>cnp.PyArray_NBYTES(self._pixels)
+        cdef int failed
+        # Whole pages around the array: they all belong to its mapping (which maps whole pages).
+        start -= start % page
+        end = (end + page - 1) // page * page
+        self._read_since_release = 0
+        if end == start:
+            return 0
+        with nogil:
+            failed = madvise(<void*>start, end - start, MADV_DONTNEED)
+        if failed:
+            raise OSError(f"madvise(MADV_DONTNEED) of {self.path}/pixels.npy failed")
+        self.pages_released += 1
+        return 0
+
+    cdef bint packed_view(self, PackedImages* view) except -1:
+        # The stored pixels are what get_sample serves, unless a subclass overrides it.
+        if not self._initialised or getattr(type(self), "get_sample") is not PACKED_GET_SAMPLE:
+            return False
+        view.count = self.count
+        view.kind = self._kind
+        view.pixels = <const float*>cnp.PyArray_DATA(self._pixels)
+        view.bytes = <const unsigned char*>cnp.PyArray_DATA(self._pixels)
+        view.convert = <const float*>cnp.PyArray_DATA(self._convert)
+        view.pixel_offsets = <const i64*>cnp.PyArray_DATA(self._pixel_offsets)
+        view.shapes = <const i64*>cnp.PyArray_DATA(self._shapes)
+        view.targets = <const i32*>cnp.PyArray_DATA(self._targets)
+        view.target_offsets = <const i64*>cnp.PyArray_DATA(self._target_offsets)
+        view.labels = <const i32*>cnp.PyArray_DATA(self._labels)
+        return True
+
+    def get_sample(self, index):
+        """Sample ``index``: §6 of the stored 8-bit pixels with this dataset's mean and
+        std, or a copy of the stored float32 image."""
+        ready(self)
+        cdef i64 i = self.checked_index(index)
+        c, h, w = (int(v) for v in self._shapes[i])
+        start = int(self._pixel_offsets[i])
+        stored = self._pixels[start:start + c * h * w]
+        if self._kind == PIXELS_GRAY8:
+            image = gray8_to_planar(stored.reshape(h, w), self.mean, self.std)
+        elif self._kind == PIXELS_RGB8:
+            image = rgb8_to_planar(stored.reshape(h, w, 3), self.mean, self.std)
+        else:
+            image = np.array(stored.reshape(c, h, w), dtype=np.float32)
+        target = self._targets[self._target_offsets[i]:self._target_offsets[i + 1]]
+        return Sample(image, target, int(self._labels[i]))
+
+    def __getitem__(self, index):
+        return self.get_sample(index)
+
+    cdef i64 checked_index(self, index) except -1:
+        i = as_index(index, "index")
+        if not 0 <= i < self.count:
+            raise IndexError(f"index must lie in [0, {self.count}), received {i}")
+        return i
+
+    def key(self, index):
+        """Sample ``index``'s key (its original file name), or None if the pack has no keys.
+        A stored key that is not UTF-8 raises a ``PackError`` naming ``keys.npy``."""
+        ready(self)
+        cdef i64 i = self.checked_index(index)
+        if self._keys is None:
+            return None
+        stored = bytes(self._keys[self._key_offsets[i]:self._key_offsets[i + 1]])
+        try:
+            return stored.decode("utf-8")
+        except UnicodeDecodeError as error:     # keys are not hashed into the index checks' values
+            raise PackError(f"{os.path.join(self.path, 'keys.npy')}: key of sample {i} is not UTF-8 "
+                            f"({error})") from None
+
+    def release_pages(self):
+        """Give back this process's resident pages of the pixel mapping now (``madvise``
+        ``MADV_DONTNEED``); returns True.
+
+        The pages stay in the page cache: a later read maps them again from there (or
+        from the file), with the same bytes, so this is safe while workers read. The fast
+        path does this by itself every ``resident_limit`` bytes it reads; call it to drop
+        the pages sooner (after an evaluation pass, say)."""
+        ready(self)
+        self.release_mapping()
+        return True
+
+    @property
+    def vocabulary(self):
+        """The symbols of text labels: symbol ``k + 1`` is ``vocabulary[k]`` (0 is left to
+        the CTC blank); None when the pack was not written from text."""
+        return self.manifest.get("vocabulary") if self.manifest is not None else None
+
+    @property
+    def widths(self):
+        """Width of every image, int64 (a ready key for :class:`BucketedSampler`)."""
+        ready(self)
+        return self._shapes[:, 2].copy()
+
+    @property
+    def shapes(self):
+        """``[count, 3]`` int64 (C, H, W): a read-only view of the sealed copy the fast path reads."""
+        ready(self)
+        return self._shapes.view()
+
+
+cdef int ready(PackedImageDataset dataset) except -1:
+    if not dataset._initialised:
+        raise RuntimeError("this PackedImageDataset was never initialised (its __init__ did not run)")
+    return 0
+
+
+def reopen(path, mean, std, verify, resident_limit=DEFAULT_RESIDENT_LIMIT):
+    """Unpickling: open the pack again (a process maps it itself, sharing its pages)."""
+    return PackedImageDataset(path, mean, std, verify=verify, resident_limit=resident_limit)
+
+
+PACKED_GET_SAMPLE = PackedImageDataset.get_sample

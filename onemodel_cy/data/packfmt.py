@@ -1,0 +1,248 @@
+"""The on-disk pack format (``docs/packed-format.md``): its files, headers, manifest and checks.
+
+Shared by the writer (``pack.py``) and the reader (``data/packed.pyx``). A pack is a folder of
+standard numpy ``.npy`` files (version 1.0 headers, little-endian) plus ``manifest.json``,
+which records the format version, the number of samples, the kind of pixels and, for every
+array, its dtype, shape, size in bytes and SHA-256. Everything here is plain Python and
+numpy: nothing of it needs the compiled package, so a port can follow it line by line.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import tokenize
+
+import numpy as np
+
+FORMAT = "onemodel_cy-pack"
+VERSION = 1
+MANIFEST = "manifest.json"
+HEADER_BYTES = 128            # every array's .npy header (magic to '\n'), so data starts 64-aligned
+INT32_END = 1 << 31
+# Every file is flushed to the disk before the pack is renamed into place (a crash never
+# leaves a complete-looking pack with missing bytes). The test suite turns it off: it
+# checks the bytes written, not the disk's durability, and fsync dominates its time.
+FSYNC = True
+
+# Pixel kinds: name -> (dtype of pixels.npy, channels per image or None for any).
+KINDS = {"gray8": ("|u1", 1), "rgb8": ("|u1", 3), "float32": ("<f4", None)}
+
+# name -> (dtype, number of dimensions); keys and key_offsets are optional (both or neither).
+ARRAYS = {
+    "pixels": (None, 1),
+    "pixel_offsets": ("<i8", 1),
+    "shapes": ("<i8", 2),
+    "targets": ("<i4", 1),
+    "target_offsets": ("<i8", 1),
+    "labels": ("<i4", 1),
+    "keys": ("|u1", 1),
+    "key_offsets": ("<i8", 1),
+}
+OPTIONAL = ("keys", "key_offsets")
+
+
+class PackError(ValueError):
+    """A pack that cannot be read as it is: the message names the file and what is wrong."""
+
+
+# ---------------------------------------------------------------- .npy headers
+
+def npy_header(descr: str, shape: tuple) -> bytes:
+    """The 128-byte version 1.0 ``.npy`` header of a C-order array (numpy's own layout:
+    magic, version, little-endian uint16 length, a Python dict literal padded with
+    spaces and ended by a newline)."""
+    dims = "".join(f"{int(n)}, " for n in shape).rstrip(" ") if len(shape) > 1 else f"{int(shape[0])},"
+    text = f"{{'descr': '{descr}', 'fortran_order': False, 'shape': ({dims}), }}"
+    room = HEADER_BYTES - 10 - 1
+    if len(text) > room:
+        raise ValueError(f"a shape of {shape} does not fit the {HEADER_BYTES}-byte header")
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", HEADER_BYTES - 10) + (text.ljust(room) + "\n").encode("latin1")
+
+
+def write_npy(path: str, array: np.ndarray, descr: str) -> None:
+    """``array`` as a ``.npy`` file with the 128-byte header, converted to ``descr`` first."""
+    data = np.ascontiguousarray(array, dtype=np.dtype(descr))
+    with open(path, "wb") as f:
+        f.write(npy_header(descr, data.shape))
+        f.write(data.tobytes())
+        sync(f)
+
+
+def sync(f) -> None:
+    f.flush()
+    if FSYNC:
+        os.fsync(f.fileno())
+
+
+def file_sha256(path: str, chunk: int = 1 << 22) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(chunk), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def array_entry(folder: str, name: str, descr: str, shape: tuple) -> dict:
+    """The manifest's record of an array file already written in ``folder``."""
+    path = os.path.join(folder, f"{name}.npy")
+    return {"file": f"{name}.npy", "dtype": descr, "shape": [int(n) for n in shape],
+            "bytes": os.path.getsize(path), "sha256": file_sha256(path)}
+
+
+def write_manifest(folder: str, manifest: dict) -> None:
+    text = json.dumps(manifest, sort_keys=True, indent=1, ensure_ascii=False) + "\n"
+    with open(os.path.join(folder, MANIFEST), "w", encoding="utf-8", newline="\n") as f:
+        f.write(text)
+        sync(f)
+
+
+# ---------------------------------------------------------------- reading
+
+def read_manifest(folder: str) -> dict:
+    """The manifest of the pack in ``folder``, its version and fields checked."""
+    path = os.path.join(folder, MANIFEST)
+    if not os.path.isdir(folder):
+        raise PackError(f"{folder}: not a folder; a pack is a folder holding {MANIFEST} and .npy arrays")
+    if not os.path.isfile(path):
+        raise PackError(f"{path}: missing; {folder} is not a pack, or one whose writing never finished")
+    try:
+        with open(path, encoding="utf-8") as f:
+            manifest = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:   # nesting too deep
+        raise PackError(f"{path}: not a readable JSON manifest ({error})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise PackError(f"{path}: format must be {FORMAT!r}, received "
+                        f"{manifest.get('format') if isinstance(manifest, dict) else type(manifest).__name__!r}")
+    if type(manifest.get("version")) is not int or manifest["version"] != VERSION:   # True == 1 and 1.0 == 1
+        raise PackError(f"{path}: pack format version {manifest.get('version')!r}; this reader reads "
+                        f"version {VERSION} only")
+    count, kind = manifest.get("count"), manifest.get("pixels")
+    if type(count) is not int or not 1 <= count < INT32_END:
+        raise PackError(f"{path}: count must be an integer in [1, 2**31), received {count!r}")
+    if not isinstance(kind, str) or kind not in KINDS:      # a list or a dict is unhashable
+        raise PackError(f"{path}: pixels must be one of {sorted(KINDS)}, received {kind!r}")
+    arrays = manifest.get("arrays")
+    if not isinstance(arrays, dict):
+        raise PackError(f"{path}: arrays must be an object naming each array file, received {arrays!r}")
+    present = [name for name in OPTIONAL if name in arrays]
+    if len(present) == 1:
+        raise PackError(f"{path}: keys and key_offsets come together, received only {present[0]}")
+    return manifest
+
+
+def expected_dtype(manifest: dict, name: str) -> str:
+    return KINDS[manifest["pixels"]][0] if name == "pixels" else ARRAYS[name][0]
+
+
+def check_array_file(folder: str, manifest: dict, name: str, verify_sha: bool) -> tuple[str, int]:
+    """The path of array ``name`` and the byte offset of its data, after checking the file
+    against the manifest: present, of the recorded size, header, dtype and shape, SHA-256."""
+    entry = manifest["arrays"].get(name)
+    where = os.path.join(folder, MANIFEST)
+    if not isinstance(entry, dict) or entry.get("file") != f"{name}.npy":
+        raise PackError(f"{where}: arrays.{name} must record file {name}.npy, received {entry!r}")
+    path = os.path.join(folder, entry["file"])
+    if not os.path.isfile(path):
+        raise PackError(f"{path}: missing (the manifest lists it)")
+    size = os.path.getsize(path)
+    if size != entry.get("bytes"):
+        raise PackError(f"{path}: holds {size} bytes, the manifest records {entry.get('bytes')!r} "
+                        f"(truncated, or replaced after the pack was written)")
+    descr, ndim = expected_dtype(manifest, name), ARRAYS[name][1]
+    with open(path, "rb") as f:
+        try:
+            version = np.lib.format.read_magic(f)
+            if version != (1, 0):
+                raise ValueError(f"header version {version}, expected (1, 0)")
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+        # numpy tokenizes the header text first: a header whose brackets do not close raises
+        # tokenize.TokenError, which is no ValueError.
+        except (ValueError, SyntaxError, tokenize.TokenError) as error:
+            raise PackError(f"{path}: not a .npy version 1.0 file ({error})") from None
+        offset = f.tell()
+    # numpy's header parser lets negative dimensions through (np.load then fails naming no file).
+    if (dtype.str != descr or fortran or len(shape) != ndim or any(n < 0 for n in shape)
+            or list(shape) != entry.get("shape")):
+        raise PackError(f"{path}: must hold a C-order {descr} array of {ndim} dimensions with the "
+                        f"manifest's shape {entry.get('shape')!r}, received {dtype.str} shape {list(shape)} "
+                        f"fortran_order={fortran}")
+    if name == "pixels" and offset % dtype.itemsize:
+        # The pixels are memory-mapped (page-aligned), so their alignment is the header's length.
+        raise PackError(f"{path}: its data starts at byte {offset}, not a multiple of the {dtype.itemsize}-byte "
+                        f"{dtype.str} items, so it cannot be mapped aligned (a writer writes a "
+                        f"{HEADER_BYTES}-byte header)")
+    need = offset + int(np.prod(shape, dtype=object)) * dtype.itemsize
+    if size != need:
+        raise PackError(f"{path}: holds {size} bytes, its header needs {need} (truncated or padded)")
+    if verify_sha and file_sha256(path) != entry.get("sha256"):
+        raise PackError(f"{path}: SHA-256 differs from the manifest's {entry.get('sha256')!r} "
+                        f"(the file is corrupted or was changed after packing)")
+    return path, offset
+
+
+def load_index(folder: str, manifest: dict, verify: str) -> dict:
+    """Every array of the pack checked against the manifest and against each other.
+
+    ``pixels`` is memory-mapped read-only (nothing read yet); every other array is read
+    into memory. ``verify`` is ``"index"`` (SHA-256 of every array but the pixels) or
+    ``"full"`` (the pixels too)."""
+    names = [name for name in ARRAYS if name not in OPTIONAL or name in manifest["arrays"]]
+    arrays = {}
+    for name in names:
+        path, offset = check_array_file(folder, manifest, name, verify == "full" or name != "pixels")
+        if name == "pixels":
+            arrays[name] = np.load(path, mmap_mode="r")
+        else:
+            arrays[name] = np.load(path)
+    check_index(folder, manifest, arrays)
+    return arrays
+
+
+def fail(folder: str, name: str, what: str):
+    raise PackError(f"{os.path.join(folder, name + '.npy')}: {what}")
+
+
+def check_index(folder: str, manifest: dict, a: dict) -> None:
+    """The arrays' values agree: every image lies inside the pixels, every dimension is
+    >= 1, offsets are monotone, targets non-negative. Vectorised, with no product that can
+    overflow int64 (a width is compared with what the pixels can still hold)."""
+    n = manifest["count"]
+    total = a["pixels"].shape[0]
+    lengths = [("pixel_offsets", n), ("shapes", n), ("labels", n), ("target_offsets", n + 1)]
+    for name, length in lengths + ([("key_offsets", n + 1)] if "keys" in a else []):
+        if a[name].shape[0] != length:
+            fail(folder, name, f"has {a[name].shape[0]} rows, the manifest's count {n} needs {length}")
+    shapes, offsets = a["shapes"], a["pixel_offsets"]
+    if shapes.shape[1] != 3:
+        fail(folder, "shapes", f"must be [count, 3] (C, H, W), received {list(shapes.shape)}")
+    for axis, dim in enumerate("CHW"):
+        bad = np.flatnonzero(shapes[:, axis] < 1)
+        if bad.size:
+            fail(folder, "shapes", f"sample {bad[0]} has {dim}={shapes[bad[0], axis]}; every dimension must be >= 1")
+    channels = KINDS[manifest["pixels"]][1]
+    if channels is not None and np.any(shapes[:, 0] != channels):
+        i = int(np.flatnonzero(shapes[:, 0] != channels)[0])
+        fail(folder, "shapes", f"sample {i} has C={shapes[i, 0]}; {manifest['pixels']} pixels have C={channels}")
+    c, h, w = shapes[:, 0], shapes[:, 1], shapes[:, 2]          # all >= 1 from here on
+    outside = (offsets < 0) | (offsets > total) | (c > total) | (h > total // c)
+    rows = np.where(outside, 1, c * h)                           # C * H <= total where it is used
+    room = total - np.clip(offsets, 0, total)
+    outside |= w > room // rows
+    if outside.any():
+        i = int(np.flatnonzero(outside)[0])
+        fail(folder, "pixel_offsets", f"sample {i} (offset {offsets[i]}, C, H, W = {shapes[i].tolist()}) "
+             f"points past the {total} pixels of pixels.npy")
+    check_offsets(folder, "target_offsets", a["target_offsets"], a["targets"].shape[0], "targets")
+    negative = np.flatnonzero(a["targets"] < 0)
+    if negative.size:
+        fail(folder, "targets", f"value {a['targets'][negative[0]]} at {negative[0]}; symbols must be >= 0")
+    if "keys" in a:
+        check_offsets(folder, "key_offsets", a["key_offsets"], a["keys"].shape[0], "keys")
+
+
+def check_offsets(folder: str, name: str, offsets: np.ndarray, length: int, of: str) -> None:
+    if offsets[0] != 0 or offsets[-1] != length or np.any(np.diff(offsets) < 0):
+        fail(folder, name, f"must rise from 0 to the {length} entries of {of}.npy, received first "
+             f"{offsets[0]}, last {offsets[-1]}{', and a decrease' if np.any(np.diff(offsets) < 0) else ''}")

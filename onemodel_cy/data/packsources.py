@@ -1,0 +1,173 @@
+"""The pack writer's three sources, each a stream of checked ``(image, target, label, key)``.
+
+Each returns the stream (a generator) and the list of skipped ``(item, reason)`` pairs,
+which fills while the stream is consumed. Values that cannot be packed (an image file
+Pillow cannot read, an empty text, a zero-sized image) are skipped and reported; the
+wrong kind of object (a float64 image, a target that is not integers) is a TypeError,
+and a labels file naming a file that does not exist is a ``PackError`` before anything
+is decoded.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import os
+
+import numpy as np
+
+from onemodel_cy.data.packfmt import INT32_END, PackError
+
+MODES = ("L", "RGB")
+
+
+# ---------------------------------------------------------------- a folder and a labels file
+
+def read_labels(folder: str, labels: str) -> list:
+    """``(position, name, path, text)`` per non-blank line of ``labels``: ``name<TAB>text``
+    (or, with no tab, the first space separates them). Every named file must exist."""
+    entries = []
+    with open(labels, encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            line = line.rstrip("\r\n")
+            if not line.strip():
+                continue
+            name, _, text = line.partition("\t") if "\t" in line else line.partition(" ")
+            name = name.strip()
+            path = os.path.join(folder, name)
+            if not os.path.isfile(path):
+                raise PackError(f"{labels}, line {number}: names {name!r}, but {path} is not a file")
+            entries.append((number - 1, name, path, text))
+    return entries
+
+
+def symbol_table(vocabulary, texts) -> list:
+    """The vocabulary as a list of one-character symbols (symbol k + 1 is entry k)."""
+    if vocabulary is None:
+        return sorted(set("".join(texts)))
+    symbols = list(vocabulary)
+    if any(not isinstance(s, str) or len(s) != 1 for s in symbols) or len(set(symbols)) != len(symbols):
+        raise ValueError(f"vocabulary must be distinct one-character strings, received {vocabulary!r}")
+    return symbols
+
+
+def decode(path: str, height: int, mode: str):
+    """The image at ``path`` as uint8 ``[height, W]`` (L) or ``[height, W, 3]`` (RGB), its width
+    scaled by ``height / H`` and rounded half up (at least 1), resized bilinearly."""
+    from PIL import Image
+    with Image.open(path) as image:
+        image = image.convert(mode)
+        w, h = image.size
+        width = max(1, (2 * w * height + h) // (2 * h))
+        if (width, height) != (w, h):
+            image = image.resize((width, height), Image.Resampling.BILINEAR)
+        return np.asarray(image, dtype=np.uint8)
+
+
+def try_decode(args):
+    path, height, mode = args
+    try:
+        return decode(path, height, mode), None
+    except Exception as error:        # Pillow raises many kinds for a bad file: each is a skip
+        return None, f"unreadable image ({type(error).__name__}: {error})"
+
+
+def folder_samples(folder, labels, height, mode, vocabulary, workers):
+    """The samples of an image folder: decoded in ``workers`` threads, in the labels file's order."""
+    try:
+        import PIL  # noqa: F401
+    except ImportError:
+        raise ImportError("packing a folder of images needs Pillow: pip install 'onemodel-cy[pack]'") from None
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, received {mode!r}")
+    if type(height) is not int or not 1 <= height < INT32_END:
+        raise ValueError(f"height must be an integer in [1, 2**31), received {height!r}")
+    folder, labels = os.fspath(folder), os.fspath(labels)
+    if not os.path.isdir(folder):
+        raise PackError(f"{folder}: not a folder of images")
+    entries = read_labels(folder, labels)
+    skipped, kept = [], []
+    for entry in entries:
+        if not entry[3].strip():
+            skipped.append((entry[1], "empty label"))
+        else:
+            kept.append(entry)
+    symbols = symbol_table(vocabulary, [entry[3] for entry in kept])
+    ids = {s: k + 1 for k, s in enumerate(symbols)}
+    usable = []
+    for entry in kept:
+        unknown = sorted(set(entry[3]) - ids.keys())
+        if unknown:
+            skipped.append((entry[1], f"label uses symbols outside the vocabulary: {''.join(unknown)!r}"))
+        else:
+            usable.append(entry)
+    threads = workers if workers is not None else (os.cpu_count() or 1)
+    if type(threads) is not int or threads < 1:
+        raise ValueError(f"workers must be an integer >= 1, received {workers!r}")
+    return decoded(usable, ids, height, mode, threads, skipped), skipped, symbols, len(usable)
+
+
+def decoded(entries, ids, height, mode, threads, skipped):
+    chunk = 64 * threads             # bounded read-ahead: memory stays flat on a million files
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        for start in range(0, len(entries), chunk):
+            part = entries[start:start + chunk]
+            for (position, name, path, text), (image, error) in zip(
+                    part, pool.map(try_decode, [(e[2], height, mode) for e in part])):
+                if error is not None:
+                    skipped.append((name, error))
+                    continue
+                yield image, np.array([ids[ch] for ch in text], dtype=np.int32), position, name
+
+
+# ---------------------------------------------------------------- iterables and datasets
+
+def checked_item(position, item):
+    """``(image, target, label, key)`` from one item, or a reason to skip it."""
+    if not isinstance(item, (tuple, list)) or len(item) not in (3, 4):
+        raise TypeError(f"item {position}: expected (image, target, label) or (image, target, label, key), "
+                        f"received {type(item).__name__}")
+    image, target, label = item[0], item[1], item[2]
+    key = item[3] if len(item) == 4 else None
+    if not isinstance(image, np.ndarray) or not (
+            (image.dtype == np.uint8 and (image.ndim == 2 or (image.ndim == 3 and image.shape[2] == 3)))
+            or (image.dtype == np.float32 and image.ndim == 3)):
+        raise TypeError(f"item {position}: image must be uint8 [H, W] or [H, W, 3], or float32 [C, H, W], "
+                        f"received {type(image).__name__} {getattr(image, 'dtype', '')} "
+                        f"{getattr(image, 'shape', '')}")
+    if 0 in image.shape:
+        return None, f"image of shape {image.shape}: every dimension must be >= 1"
+    target = np.asarray(target)
+    if target.ndim != 1 or (target.size and target.dtype.kind not in "iu"):
+        raise TypeError(f"item {position}: target must be a 1-D sequence of integers, received {target.dtype} "
+                        f"{target.shape}")
+    if target.size and (target.min() < 0 or target.max() >= INT32_END):
+        return None, f"target values must lie in [0, 2**31), received min {target.min()}, max {target.max()}"
+    if not -INT32_END <= int(label) < INT32_END:
+        return None, f"label {label} is outside the int32 range"
+    return (image, target.astype(np.int32), int(label), key), None
+
+
+def iterable_samples(items):
+    skipped = []
+
+    def stream():
+        for position, item in enumerate(items):
+            sample, reason = checked_item(position, item)
+            if reason is not None:
+                skipped.append((position, reason))
+            else:
+                yield sample
+    return stream(), skipped
+
+
+def dataset_samples(dataset):
+    skipped = []
+
+    def stream():
+        for i in range(len(dataset)):
+            try:
+                sample = dataset.get_sample(i)
+            except Exception as error:
+                skipped.append((i, f"get_sample raised {type(error).__name__}: {error}"))
+                continue
+            yield np.asarray(sample.image, dtype=np.float32), np.asarray(sample.target), int(sample.label), None
+    return stream(), skipped
