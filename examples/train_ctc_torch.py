@@ -17,7 +17,7 @@ and the loader's resume state. Because batch ``g`` is a pure function of ``(seed
 ``torch.use_deterministic_algorithms(True)``, a fixed ``torch.set_num_threads``), a run
 stopped after step k and resumed in a new process gives, after k, the losses of the
 uninterrupted run bit for bit. ``--losses-out FILE`` writes each step's loss as
-``float.hex`` so that runs can be compared exactly (``spec_tests/test_train_example.py``).
+``float.hex`` so that runs can be compared exactly (``spec_tests/test_api_train_example.py``).
 """
 from __future__ import annotations
 

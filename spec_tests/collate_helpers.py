@@ -1,4 +1,4 @@
-"""Helpers shared by the §4 (``test_collate.py``) and §5 (``test_memory.py``) spec tests.
+"""Helpers shared by the §4 (``test_s4_collate.py``) and §5 (``test_s5_memory.py``) spec tests.
 
 Only what both files need lives here; each file keeps its own helpers otherwise.
 """

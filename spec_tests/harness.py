@@ -1,4 +1,4 @@
-"""The loader test harness: what the §1 tests (``test_loader_contract.py``) build on.
+"""The loader test harness: what the §1 tests (``test_s1_loader.py``) build on.
 
 It offers:
 

@@ -1,7 +1,7 @@
 """The import graph of the package's own modules, lazy imports included, and its cycles.
 
 Run: ``python spec_tests/import_graph.py`` (from the repository root) prints the number of
-modules and edges, each cycle, and exits 1 when there is one. ``test_architecture.py``
+modules and edges, each cycle, and exits 1 when there is one. ``test_arch_layout.py``
 asserts there is none.
 
 Every ``import`` and ``cimport`` statement of every ``.py``, ``.pyx`` and ``.pxd`` file is

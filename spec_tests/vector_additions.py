@@ -2,7 +2,7 @@
 
 ``generate_vectors.py`` appends these to each file's cases, after the original ones, so
 that no existing case moves or changes (``spec_tests/vector_baseline.json`` holds the
-digest of every released case and ``test_vectors.py`` checks them). Each function takes
+digest of every released case and ``test_conformance_vectors.py`` checks them). Each function takes
 the generator module ``G`` (its encoding helpers and the oracle ``G.R``) and returns a
 list of cases.
 

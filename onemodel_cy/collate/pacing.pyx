@@ -17,12 +17,12 @@ cdef class Pacing:
         False turns the baton off (every worker runs its Python stage at once).
     wait_ns : int, default 1_000_000
         How long a worker spins for the baton before going ahead without it: longer
-        than the Python stage of a typical batch (0.1-0.6 ms for the §7 workload; a
-        0.1 ms wait gave up too early and lost the gain, 0.3-3 ms measured alike).
+        than the Python stage of a typical batch, so that the baton is rarely given up
+        (docs/performance.md, "Measurements behind the code").
     stage_parts : int, default 2
         A Python augmentation stages and augments a batch in this many parts: with two,
         the Python and the copy phases of two workers come out of similar length and
-        interleave (measured: 2 parts 8-13 % faster than 1 at 2 workers, 3 no better).
+        interleave (docs/performance.md, "Measurements behind the code").
     """
 
     def __init__(self, enabled=True, wait_ns=1_000_000, stage_parts=2):

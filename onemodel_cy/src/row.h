@@ -31,9 +31,8 @@ OM_CLONES static void om_store_row(const float* src, float* dst, ptrdiff_t width
    gathers images from scattered places of a pack, and the hardware prefetchers only find
    each image's run after its first misses: the collator asks for the start of the next
    image while it converts the current one: its first lines start the hardware's stream
-   prefetcher on the rest (benchmarks/gray8_kernels.c, best of 7 in each of 3 runs, batch
-   32: 29.7-34.3 us a batch asking for the first 512 bytes, 33.7-46.3 without, 32.2-51.0
-   asking for the whole image; at batch 128 the three overlap). */
+   prefetcher on the rest. Asking for the whole image stalls the core instead
+   (docs/performance.md, "Measurements behind the code"). */
 static void om_prefetch(const void* p, size_t bytes) {
 #if defined(__GNUC__)
     const char* at = (const char*)p;
@@ -77,8 +76,8 @@ OM_CLONES static void om_convert_image(const unsigned char* src, ptrdiff_t chann
 /* om_convert_image for one gray image with non-temporal (streaming) stores, for batches
    much larger than the caches: a plain store first reads each destination line from
    memory, a streaming store does not, so a batch that leaves the cache anyway is written
-   faster (measured alone: batch 128 of 32 x 256 rows with six batches alive, 149 against
-   236 us; at batch 32, which stays in cache, it is slower, 40 against 31 us). Same
+   faster; one that stays in cache is written slower (docs/performance.md, "Measurements
+   behind the code"). Same
    float32 operations per lane: convert, multiply, subtract. Rows must be 32-byte aligned
    and `padded` a multiple of 8; om_convert_gray below checks, and chooses. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
@@ -116,10 +115,8 @@ __attribute__((target("avx2"))) static void om_convert_gray_streamed(
    past the row's last pixel. Masked loads never read past a row (masked-off lanes neither
    read nor fault); masked stores never write past `padded`. Streamed rows must be 32-byte
    aligned with `padded` a multiple of 8: a row that starts in the middle of a 64-byte line
-   writes its first 8 lanes with one 32-byte store, the rest in whole lines.
-   benchmarks/gray8_kernels.c (best of 7, 3 runs): batch 128 streamed, 127.6-149.6 us a
-   batch against 138.1-179.7 for the AVX2 streaming kernel; batch 32 in cache, plain
-   stores, 33.7-43.2 against 34.3-36.9 for the compiler-vectorised portable loop. */
+   writes its first 8 lanes with one 32-byte store, the rest in whole lines. Its timings
+   against the AVX2 kernel and the portable loop: docs/performance.md. */
 __attribute__((target("avx512f,avx512bw,avx512vl"))) static inline __m512 om_gray16(
         const unsigned char* row, ptrdiff_t left, __m512 s, __m512 b, __m512 p) {
     /* lanes [0, left) hold pixels (at most 16), the rest the padding */

@@ -81,8 +81,8 @@ class Inbox:
     """A worker's replies, read in bulk: one ``recvmsg`` takes every byte waiting (several
     replies, and the descriptor that follows a "grown" one), where ``Connection.recv``
     makes two reads per reply and ``socket.recv_fds`` one more. System calls are the
-    consumer's main cost per batch on a virtual machine (profiled: two reads, a write and
-    a poll were about 50 us of a 32-image batch). Frames are multiprocessing's own: a
+    consumer's main cost per batch on a virtual machine (docs/performance.md, "Measurements
+    behind the code"). Frames are multiprocessing's own: a
     4-byte big-endian length, then the pickle (the worker sends with ``Connection.send``);
     a descriptor comes with the one byte ``b"F"`` after its "grown" reply."""
 

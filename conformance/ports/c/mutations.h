@@ -1,5 +1,5 @@
 /* The classic port bugs the mutation tests switch on, one -D flag each
- * (spec_tests/test_c_port.py builds the port once per flag and checks that
+ * (spec_tests/test_conformance_c_port.py builds the port once per flag and checks that
  * `onemodel-cy conformance check` rejects its results). None is defined in a normal build.
  *
  *   BUG_SINGLE_SHIFT_41      §2   NextSingle takes u >> 41 instead of u >> 40

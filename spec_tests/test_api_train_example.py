@@ -19,7 +19,7 @@ import pytest
 try:
     import torch
 except ImportError as exc:  # loud on purpose: these tests must run in CI (the torch extra)
-    raise ImportError("spec_tests/test_train_example.py needs torch; install the test extras with "
+    raise ImportError("spec_tests/test_api_train_example.py needs torch; install the test extras with "
                       "`pip install -e '.[test,torch]'` (torch==2.13.0)") from exc
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

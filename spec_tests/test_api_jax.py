@@ -23,7 +23,7 @@ try:
     import jax
     import jax.numpy as jnp
 except ImportError as exc:  # loud on purpose: these tests must run in CI
-    raise ImportError("spec_tests/test_jax_interop.py needs jax; install the extras with "
+    raise ImportError("spec_tests/test_api_jax.py needs jax; install the extras with "
                       "`pip install -e '.[test,torch,jax]'`") from exc
 
 import onemodel_cy as om

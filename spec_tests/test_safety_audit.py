@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def run_alone(code: str, timeout: float = 60, env: dict | None = None) -> str:
     """Run ``code`` in a fresh interpreter; return its stdout, failing on a crash, a hang
-    or a non-zero exit (as ``test_memory_safety.run_isolated``, with extra environment)."""
+    or a non-zero exit (as ``test_safety_memory.run_isolated``, with extra environment)."""
     prelude = "import threading, sys\nimport numpy as np\nimport onemodel_cy as om\n"
     full_env = dict(os.environ, **(env or {}))
     try:

@@ -22,7 +22,7 @@ import pytest
 try:
     import torch
 except ImportError as exc:  # loud on purpose: these tests must run in CI
-    raise ImportError("spec_tests/test_torch_interop.py needs torch; install the test extras with "
+    raise ImportError("spec_tests/test_api_torch.py needs torch; install the test extras with "
                       "`pip install -e '.[test,torch]'` (torch==2.13.0)") from exc
 
 import onemodel_cy as om

@@ -12,7 +12,7 @@ import pytest
 try:
     from PIL import Image
 except ImportError as exc:  # loud on purpose: these tests must run in CI (the test extra has pillow)
-    raise ImportError("spec_tests/test_show.py needs Pillow; install the test extras with "
+    raise ImportError("spec_tests/test_api_show.py needs Pillow; install the test extras with "
                       "`pip install -e '.[test,torch]'`") from exc
 
 import onemodel_cy as om

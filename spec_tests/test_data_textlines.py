@@ -22,7 +22,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import reference as R
-import test_stubs
+import test_api_stubs
 from conftest import vector_cases
 from onemodel_cy.conformance.replay import differences, replay
 from routes import gather, read
@@ -209,13 +209,15 @@ def test_index_errors(om):
 
 
 @pytest.mark.parametrize("check", [
-    test_stubs.test_every_compiled_module_has_a_stub, test_stubs.test_stub_names_exist_at_runtime,
-    test_stubs.test_runtime_classes_and_functions_are_stubbed, test_stubs.test_runtime_constants_are_stubbed,
-    test_stubs.test_stub_class_members_exist_at_runtime, test_stubs.test_runtime_class_members_are_stubbed,
-    test_stubs.test_stub_class_bases_and_finality_match_runtime,
-    test_stubs.test_parameter_names_match_embedded_signatures, test_stubs.test_defaults_match_embedded_signatures,
+    test_api_stubs.test_every_compiled_module_has_a_stub, test_api_stubs.test_stub_names_exist_at_runtime,
+    test_api_stubs.test_runtime_classes_and_functions_are_stubbed,
+    test_api_stubs.test_runtime_constants_are_stubbed,
+    test_api_stubs.test_stub_class_members_exist_at_runtime, test_api_stubs.test_runtime_class_members_are_stubbed,
+    test_api_stubs.test_stub_class_bases_and_finality_match_runtime,
+    test_api_stubs.test_parameter_names_match_embedded_signatures,
+    test_api_stubs.test_defaults_match_embedded_signatures,
 ], ids=lambda f: f.__name__)
 def test_stub_of_the_module(check):
-    """Concern: type stubs. ``data/textlines.pyi`` passes every check ``test_stubs.py`` makes of
+    """Concern: type stubs. ``data/textlines.pyi`` passes every check ``test_api_stubs.py`` makes of
     the other compiled modules (names, members, bases, parameters, defaults)."""
     check("data.textlines")

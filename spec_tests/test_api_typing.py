@@ -19,7 +19,7 @@ import textwrap
 try:
     import mypy  # noqa: F401
 except ImportError as exc:  # loud on purpose: this test must run in CI
-    raise ImportError("spec_tests/test_typing.py needs mypy; install the test extras with "
+    raise ImportError("spec_tests/test_api_typing.py needs mypy; install the test extras with "
                       "`pip install -e '.[test,torch]'`") from exc
 
 from harness import ROOT

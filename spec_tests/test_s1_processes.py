@@ -1,5 +1,5 @@
 """Process workers (``DataLoader(worker_mode="process")``, issue 12): what the contract tests
-(run in both modes in ``test_loader_contract.py``) do not reach.
+(run in both modes in ``test_s1_loader.py``) do not reach.
 
 The shared-memory ring (§1, §5: batches are views of it, never overwritten while held, no
 allocation in steady state, grown for a larger batch), the task board workers take steps
@@ -89,7 +89,7 @@ def test_the_ring_grows_when_a_larger_batch_comes():
 
 def test_zero_copy_into_torch():
     """§5 through processes: torch.from_numpy of a batch's images shares the ring's memory."""
-    import torch    # a test dependency (the torch extra), as in test_torch_interop.py
+    import torch    # a test dependency (the torch extra), as in test_api_torch.py
     loader = _loader()
     with loader.iter(3, 6) as stream:
         batches = drain_ok(stream)

@@ -5,7 +5,7 @@ augmentation, runs its workers in the packed lane (``workers/lane.pyx``): the co
 each step (indices, slot table, layout, block) and the workers fill the block. The
 stream must stay the 0-worker stream byte for byte, at every position and after every
 reposition, with the ring's window (§1) and the pool's promise (§5) kept; errors arrive
-at their step as on the other routes. The contract suite (``test_loader_contract.py``)
+at their step as on the other routes. The contract suite (``test_s1_loader.py``)
 runs through the lane too, since its pipelines read ``SyntheticLineImages``.
 """
 from __future__ import annotations

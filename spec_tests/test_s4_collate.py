@@ -10,7 +10,7 @@ Also here, because they drive the collator directly: the refusals of the two rou
 §1 fetch step (``routes.gather`` / ``routes.read``), and three concerns of the package:
 GIL release (DESIGN: kernels run inside ``with nogil``), worker pacing (the Python-stage
 baton) and the collator's repr. The §5 tests (pool, kept scratch, workspaces) live in
-``test_memory.py``.
+``test_s5_memory.py``.
 """
 
 from __future__ import annotations
