@@ -1111,3 +1111,44 @@ def test_the_global_step_has_one_name():
             loader.iter(**old)
     with loader.iter(0) as resumed, pytest.raises(TypeError, match="next_g"):
         resumed.load_state_dict({"next_step": 6, "fingerprint": state["fingerprint"]})
+
+
+@pytest.mark.parametrize("kind", ["thread", "lane", "process"])
+@pytest.mark.parametrize("offset", [4, 2, 1])
+def test_every_engine_serves_the_steps_next_to_the_largest_int64(kind, offset):
+    """§1: a global step is any integer >= 0; 0 workers build steps up to 2**63 - 1, and so
+    must every engine, whose window counts past its start without wrapping (an outside
+    review found the thread and process engines waiting for ever there)."""
+    ds = om.SyntheticLineImages(16, height=2, min_width=2, max_width=4, seed=1)
+    dataset = PyDataset(ds) if kind == "thread" else ds
+    loader = om.DataLoader(dataset, om.SequentialSampler(16, 4), om.ImageBatchCollator(), seed=5, workers=2,
+                           prefetch=4, timeout=20, worker_mode="process" if kind == "process" else "thread")
+    start = 2**63 - offset
+    steps = list(range(start, start + min(offset, 2)))
+    try:
+        with loader.iter(start, start + len(steps)) as stream:
+            batches = drain_ok(stream)
+        assert [b.global_step for b in batches] == steps
+        assert_stream_is_batch_at(batches, loader, steps, f"{kind} at 2**63 - {offset}")
+    finally:
+        loader.close()
+
+
+def test_importing_the_package_needs_no_process_machinery():
+    """§1 (engines): the process engine (multiprocessing, sockets with descriptors, shared
+    memory) is loaded when a loader first asks for worker processes, so a platform without
+    them still runs 0 workers and threads."""
+    code = textwrap.dedent("""
+        import socket, sys
+        del socket.CMSG_SPACE       # as where sockets carry no descriptors
+        import onemodel_cy as om
+        ds = om.SyntheticLineImages(8, 2, 1, 3, seed=1)
+        loader = om.DataLoader(ds, om.SequentialSampler(8, 2), om.ImageBatchCollator(), seed=0, workers=2)
+        with loader.iter(0, 4) as stream:
+            assert [b.global_step for b in stream] == [0, 1, 2, 3]
+        loader.close()
+        print(sorted(m for m in sys.modules if m.startswith("onemodel_cy.workers.proc")))
+    """)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-600:]
+    assert run.stdout.strip() == "[]", run.stdout

@@ -336,9 +336,10 @@ cdef class LaneEngine:
         if self.owner() is None or self.closed:
             return
         while self.window.has_room():
-            self.prepare(self.window.hand_out())
+            self.prepare(self.window.next_out)      # handed out once it is posted or built:
+            self.window.hand_out()                  # a Ctrl-C meanwhile leaves no hole
 
-    cdef prepare(self, i64 g):
+    cdef prepare(self, g):
         """Post step g to the workers; a step that cannot take the split, or whose
         preparation raises, is built whole here (its exception is then the one every
         route raises), and kept for its turn."""

@@ -86,16 +86,15 @@ class Inbox:
     4-byte big-endian length, then the pickle (the worker sends with ``Connection.send``);
     a descriptor comes with the one byte ``b"F"`` after its "grown" reply."""
 
-    _FD_SPACE = socket.CMSG_SPACE(4 * array.array("i").itemsize)
-
     def __init__(self, sock):
         self.sock = sock
+        self.fd_space = socket.CMSG_SPACE(4 * array.array("i").itemsize)   # room for the descriptors
         self.buffer = bytearray()
         self.fds = []                   # descriptors received, in order, not yet taken
 
     def fill(self):
         """Read what is waiting (blocks if nothing is); EOFError once the worker's end is closed."""
-        data, ancillary, _, _ = self.sock.recvmsg(1 << 16, self._FD_SPACE)
+        data, ancillary, _, _ = self.sock.recvmsg(1 << 16, self.fd_space)
         for level, kind, cdata in ancillary:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 fds = array.array("i")

@@ -157,12 +157,13 @@ class ProcessEngine:
             if not self._map_everywhere(slot := self._free_slot()):
                 self.ring.release(slot)
                 break
-            g = window.hand_out()
+            g = window.next_out
             self._task_ids += 1
             task = self._task_ids
             entry, sleeping = self.board.post(task, g, slot, self.versions[slot], self.largest)
             self.tasks[task] = (g, slot, entry)
             self.dispatched[g] = task
+            window.hand_out()       # once posted: a post that raises leaves no hole in the window
             wake += sleeping
         if wake:
             try:

@@ -13,8 +13,6 @@ import atexit
 import threading
 import weakref
 
-from onemodel_cy.workers.lane import LaneEngine
-from onemodel_cy.workers.processes import ProcessEngine
 from onemodel_cy.workers.threads import ThreadEngine
 
 __all__ = ["engine_class", "acquire_engine", "release_engine", "discard_idle_engine", "close_engines"]
@@ -31,10 +29,14 @@ def _close_all_engines():
 
 def engine_class(loader):
     """Process workers when asked for; else the packed lane when every build of the
-    pipeline can take its GIL-free split; else thread workers."""
+    pipeline can take its GIL-free split; else thread workers. The other two engines are
+    imported when first chosen: a 0-worker or thread-only program never loads the process
+    engine (multiprocessing, sockets, shared memory), which a platform may lack."""
     if loader.worker_mode == "process":
+        from onemodel_cy.workers.processes import ProcessEngine
         return ProcessEngine
     if loader._pipeline.splits():
+        from onemodel_cy.workers.lane import LaneEngine
         return LaneEngine
     return ThreadEngine
 
@@ -60,7 +62,11 @@ def release_engine(loader, engine, next_g, completed_pass):
     loader's settings."""
     with _handover:
         if engine.persistent and loader._idle_engine is None and engine.fits(loader, engine.workers):
-            engine.park(next_g, keep_prefetching=completed_pass)
+            try:
+                engine.park(next_g, keep_prefetching=completed_pass)
+            except BaseException:       # (Ctrl-C while parking) an engine nobody holds must end
+                engine.shutdown()
+                raise
             loader._idle_engine = engine
             return
     engine.shutdown()

@@ -1,15 +1,15 @@
 # §1 the step window every worker engine shares (window.pyx).
-from onemodel_cy.core.typedefs cimport i64
 
 cdef class StepWindow:
-    cdef readonly i64 prefetch
-    cdef i64 _next_take, _next_out, _local, _limit, _failed_at     # -1: none
+    cdef readonly object prefetch
+    # Python integers (None: none): a global step may be any integer >= 0, 2**63 and past.
+    cdef object _next_take, _next_out, _local, _limit, _failed_at
 
-    cpdef i64 end(self)
-    cpdef bint has_room(self)
-    cpdef i64 hand_out(self) except -1
-    cpdef bint exhausted(self)
-    cpdef void took(self, i64 g)
-    cpdef void failed(self, i64 g)
-    cpdef bint skip(self, i64 g)
-    cpdef void moved(self, i64 start)
+    cpdef object end(self)
+    cpdef bint has_room(self) except -1
+    cpdef object hand_out(self)
+    cpdef bint exhausted(self) except -1
+    cpdef took(self, object g)
+    cpdef failed(self, object g)
+    cpdef bint skip(self, object g) except -1
+    cpdef moved(self, object start)

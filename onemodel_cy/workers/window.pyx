@@ -19,12 +19,12 @@ kept engine. When the window must move elsewhere, they call the engine's ``drop(
 which empties the engine's own ring and then calls ``moved(start)``. Not thread-safe:
 each engine calls it under its own lock.
 """
-from onemodel_cy.core.typedefs cimport i64
 
 
 cdef class StepWindow:
     """The window of an engine serving steps from ``start``; ``local_first``: the consumer
-    builds ``start`` itself (a new engine, whose workers are not running yet)."""
+    builds ``start`` itself (a new engine, whose workers are not running yet). Its steps
+    are Python integers, exact at any size (the loader accepts any ``g >= 0``)."""
 
     def __init__(self, prefetch, start, limit, local_first):
         if prefetch < 1 or start < 0:
@@ -32,9 +32,9 @@ cdef class StepWindow:
         self.prefetch = prefetch
         self._next_take = start
         self._next_out = start + 1 if local_first else start
-        self._local = start if local_first else -1
-        self._limit = -1 if limit is None else limit
-        self._failed_at = -1
+        self._local = start if local_first else None
+        self._limit = limit
+        self._failed_at = None
 
     @property
     def next_take(self):
@@ -49,67 +49,68 @@ cdef class StepWindow:
     @property
     def local(self):
         """The step claimed for the consumer to build itself, or None."""
-        return None if self._local < 0 else self._local
+        return self._local
 
     @property
     def limit(self):
         """Nothing at or past it is handed out (None: endless)."""
-        return None if self._limit < 0 else self._limit
+        return self._limit
 
     @property
     def failed_at(self):
         """The lowest step whose build raised, or None."""
-        return None if self._failed_at < 0 else self._failed_at
+        return self._failed_at
 
-    cpdef i64 end(self):
+    cpdef object end(self):
         """One past the last step that may be handed out now."""
-        cdef i64 end = self._next_take + self.prefetch
-        if self._limit >= 0 and self._limit < end:
+        end = self._next_take + self.prefetch
+        if self._limit is not None and self._limit < end:
             end = self._limit
-        if self._failed_at >= 0 and self._failed_at + 1 < end:
+        if self._failed_at is not None and self._failed_at + 1 < end:
             end = self._failed_at + 1
         return end
 
-    cpdef bint has_room(self):
+    cpdef bint has_room(self) except -1:
         """Whether ``next_out`` may be handed out now."""
         return self._next_out < self.end()
 
-    cpdef i64 hand_out(self) except -1:
-        """The next step to build (the caller checked ``has_room``)."""
-        cdef i64 g = self._next_out
+    cpdef object hand_out(self):
+        """The next step to build (the caller checked ``has_room`` and, where building it
+        may fail before any worker has it, prepared it first)."""
+        g = self._next_out
         self._next_out = g + 1
         return g
 
-    cpdef bint exhausted(self):
+    cpdef bint exhausted(self) except -1:
         """Every step before the limit is handed out and none failed: a bounded stream's
         workers that are not kept between streams may end."""
-        return self._limit >= 0 and self._next_out >= self._limit and self._failed_at < 0
+        return self._limit is not None and self._next_out >= self._limit and self._failed_at is None
 
-    cpdef void took(self, i64 g):
+    cpdef took(self, object g):
         """The consumer took step ``g`` (its batch, or its error)."""
         self._next_take = g + 1
 
-    cpdef void failed(self, i64 g):
+    cpdef failed(self, object g):
         """Step ``g``'s build raised: the stream ends there."""
-        if self._failed_at < 0 or g < self._failed_at:
+        if self._failed_at is None or g < self._failed_at:
             self._failed_at = g
 
-    cpdef bint skip(self, i64 g):
+    cpdef bint skip(self, object g) except -1:
         """The consumer built step ``g``, claimed for it, itself: move on. False when that
         claim is gone (the stream was closed meanwhile from another thread)."""
-        if self._local != g:
+        if self._local is None or self._local != g:
             return False
-        self._local = -1
+        self._local = None
         self._next_take = g + 1
         if self._next_out < g + 1:
             self._next_out = g + 1
         return True
 
-    cpdef void moved(self, i64 start):
+    cpdef moved(self, object start):
         """The engine emptied its ring: the window stands at ``start``, nothing handed out."""
         self._next_take = self._next_out = start
-        self._local = -1
-        self._failed_at = -1
+        self._local = None
+        self._failed_at = None
 
     def reposition(self, start, limit, drop):
         """Serve a stream of steps ``[start, limit)``: keep what was built when already at
@@ -117,11 +118,11 @@ cdef class StepWindow:
         claimed for the consumer to build (its first batch waits for no worker)."""
         if start != self._next_take:
             drop(start)
-        local = self._next_out == start and self._failed_at < 0
+        local = self._next_out == start and self._failed_at is None
         if local:
             self._next_out = start + 1
             self._local = start
-        self._limit = -1 if limit is None else limit
+        self._limit = limit
         return local
 
     def park(self, next_g, keep_prefetching, drop):
@@ -130,11 +131,11 @@ cdef class StepWindow:
         stream's steps stop at what was handed out. A step claimed for the consumer but
         not delivered would leave a hole no worker fills, and a stream that stopped
         elsewhere left the window behind: both ``drop(next_g)``."""
-        if self._local >= 0 or next_g != self._next_take:
+        if self._local is not None or next_g != self._next_take:
             drop(next_g)
         if keep_prefetching:
-            self._limit = -1
-        elif self._failed_at < 0:
+            self._limit = None
+        elif self._failed_at is None:
             self._limit = self._next_out
 
     def __repr__(self):
