@@ -48,7 +48,7 @@ else:
     CFLAGS = ["-O2", "-ftree-vectorize", "-fvect-cost-model=dynamic", "-ffp-contract=off",
               "-fno-fast-math"]
 
-MODULES = ["core.validate", "core.rng", "core.permute", "core.samplers", "core.sealed",
+MODULES = ["core.validate", "core.rng", "core.permute", "core.samplers", "core.tablesamplers", "core.sealed",
            "data.datasets", "data.image", "data.packed", "data.textlines",
            "collate.bufferpool", "collate.pacing", "collate.augment", "collate.batch", "collate.collator",
            "collate.fetch", "collate.pipeline",

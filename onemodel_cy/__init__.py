@@ -5,8 +5,8 @@ configuration (§1). See ``docs/contract.md`` for the readings this package impl
 """
 from onemodel_cy.core.rng import STREAMS as _STREAMS, SampleRng, derive, mix
 from onemodel_cy.core.permute import keyed_permutation, permutation
-from onemodel_cy.core.samplers import (BucketedSampler, MixingSampler, Sampler, SequentialSampler,
-                                       ShuffledSampler)
+from onemodel_cy.core.samplers import Sampler, SequentialSampler, ShuffledSampler
+from onemodel_cy.core.tablesamplers import BucketedSampler, MixingSampler
 from onemodel_cy.data.datasets import ArrayImageDataset, Sample, SyntheticLineImages
 from onemodel_cy.data.textlines import SyntheticTextLines
 from onemodel_cy.collate.bufferpool import BufferPool

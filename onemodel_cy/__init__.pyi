@@ -17,11 +17,11 @@ from onemodel_cy.core.permute import permutation as permutation
 from onemodel_cy.core.rng import SampleRng as SampleRng
 from onemodel_cy.core.rng import derive as derive
 from onemodel_cy.core.rng import mix as mix
-from onemodel_cy.core.samplers import BucketedSampler as BucketedSampler
-from onemodel_cy.core.samplers import MixingSampler as MixingSampler
 from onemodel_cy.core.samplers import Sampler as Sampler
 from onemodel_cy.core.samplers import SequentialSampler as SequentialSampler
 from onemodel_cy.core.samplers import ShuffledSampler as ShuffledSampler
+from onemodel_cy.core.tablesamplers import BucketedSampler as BucketedSampler
+from onemodel_cy.core.tablesamplers import MixingSampler as MixingSampler
 from onemodel_cy.stream import BatchStream as BatchStream
 from onemodel_cy.loader import DataLoader as DataLoader
 from onemodel_cy.workers.protocol import StuckWorkerWarning as StuckWorkerWarning

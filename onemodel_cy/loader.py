@@ -20,8 +20,8 @@ from onemodel_cy.collate.batch import ImageBatch
 from onemodel_cy.collate.collator import ImageBatchCollator
 from onemodel_cy.collate.pacing import Pacing
 from onemodel_cy.collate.pipeline import Pipeline
-from onemodel_cy.core.samplers import (BucketedSampler, MixingSampler, Sampler, SequentialSampler,
-                                       ShuffledSampler)
+from onemodel_cy.core.samplers import Sampler, SequentialSampler, ShuffledSampler
+from onemodel_cy.core.tablesamplers import BucketedSampler, MixingSampler
 from onemodel_cy.core.validate import check_integer
 from onemodel_cy.stream import BatchStream
 from onemodel_cy.workers.protocol import DEFAULT_JOIN_TIMEOUT

@@ -23,7 +23,7 @@ import pytest
 
 import onemodel_cy
 
-COMPILED = ["core.validate", "core.rng", "core.permute", "core.samplers", "core.sealed",
+COMPILED = ["core.validate", "core.rng", "core.permute", "core.samplers", "core.tablesamplers", "core.sealed",
             "data.datasets", "data.image", "data.packed", "data.textlines",
             "collate.bufferpool", "collate.pacing", "collate.augment", "collate.batch", "collate.collator",
             "collate.fetch", "collate.pipeline",

@@ -304,8 +304,8 @@ def test_no_class_of_the_bottom_modules_has_generated_pickling():
     Cython's __reduce_cython__ / __setstate_cython__."""
     import importlib
     found = []
-    for name in ("core.rng", "core.permute", "core.samplers", "core.sealed", "data.datasets", "collate.bufferpool",
-                 "data.image"):
+    for name in ("core.rng", "core.permute", "core.samplers", "core.tablesamplers", "core.sealed", "data.datasets",
+                 "collate.bufferpool", "data.image"):
         module = importlib.import_module(f"onemodel_cy.{name}")
         for cname, cls in vars(module).items():
             if isinstance(cls, type) and cls.__module__ == module.__name__:
