@@ -144,15 +144,9 @@ class DataLoader:
         if transform is not None and not callable(transform):
             raise TypeError(f"transform must be callable as transform(sample, rng) or None, "
                             f"received {type(transform).__name__}")
-        # What the bytes depend on is read-only (below): batches built ahead by kept
-        # workers must stay the batches of this configuration.
-        self._dataset = dataset
-        self._sampler = sampler
-        self._collator = collator
-        self._seed = check_integer(seed, "seed") & _MASK64     # D3: any integer, mod 2**64
+        seed = check_integer(seed, "seed") & _MASK64     # D3: any integer, mod 2**64
         self.workers = check_integer(workers, "workers", 0)
         self.prefetch = check_integer(prefetch, "prefetch", 1)
-        self._transform = transform
         self._world_size = check_integer(world_size, "world_size", 1)
         self._rank = check_integer(rank, "rank", 0)
         if self.rank >= self.world_size:
@@ -186,18 +180,20 @@ class DataLoader:
         if last <= (self.world_size - 1) * share:
             raise ValueError(f"the last batch of each epoch of {sampler!r} holds {last} samples, too few to "
                              f"give each of {self.world_size} ranks a share of {share}; use drop_last=True")
-        # What the batches are a function of, built by every route (collate/pipeline.pyx).
-        self._pipeline = Pipeline(dataset, sampler, collator, self._seed, transform, self.rank * share,
+        # What the batches are a function of, built by every route (collate/pipeline.pyx), and
+        # the one home of those parts: read-only, so that batches built ahead by kept workers
+        # stay the batches of this configuration.
+        self._pipeline = Pipeline(dataset, sampler, collator, seed, transform, self.rank * share,
                                   (self.rank + 1) * share)
         # The workers' shared baton for the Python parts of a batch (see collate/pacing.pyx).
         self.pacing = Pacing()
         self._next_g = 0       # the stateful path's position: where the next `for batch in loader` starts
 
-    dataset = property(lambda self: self._dataset, doc="The dataset (read-only).")
-    sampler = property(lambda self: self._sampler, doc="The sampler (read-only).")
-    collator = property(lambda self: self._collator, doc="The collator (read-only).")
-    seed = property(lambda self: self._seed, doc="The loader's seed, mod 2**64 (read-only).")
-    transform = property(lambda self: self._transform, doc="The transform (read-only).")
+    dataset = property(lambda self: self._pipeline.dataset, doc="The dataset (read-only).")
+    sampler = property(lambda self: self._pipeline.sampler, doc="The sampler (read-only).")
+    collator = property(lambda self: self._pipeline.collator, doc="The collator (read-only).")
+    seed = property(lambda self: self._pipeline.seed, doc="The loader's seed, mod 2**64 (read-only).")
+    transform = property(lambda self: self._pipeline.transform, doc="The transform (read-only).")
     rank = property(lambda self: self._rank, doc="This process's rank (read-only).")
     world_size = property(lambda self: self._world_size, doc="The number of ranks (read-only).")
 
