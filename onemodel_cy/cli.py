@@ -2,13 +2,20 @@
 
 The benchmark harness is not part of the installed package: it lives in ``benchmarks/`` of
 a source checkout, and ``onemodel-cy bench`` only says how to run it.
+
+A user's error (a missing folder, a bad labels file, an existing output) is one line on
+stderr, ``onemodel-cy: error: <message>`` naming the file, and exit status 2 for the
+command line (as argparse) or 1 for the data; an unexpected exception keeps its traceback.
 """
 from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import sys
 import time
+
+USAGE, DATA = 2, 1          # exit statuses: a bad command line (argparse's), bad data
 
 
 DEMO_DESCRIPTION = """Run the §7 workload on built-in synthetic data (2048 text-line images of height 32
@@ -139,10 +146,38 @@ def add_pack_parser(commands) -> None:
     pack.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
+def user_error(message, status: int) -> int:
+    print(f"onemodel-cy: error: {message}", file=sys.stderr)
+    return status
+
+
 def _pack(args) -> int:
     from onemodel_cy.data.pack import pack
-    report = pack(args.folder, args.out, labels=args.labels, height=args.height, mode=args.mode,
-                  workers=args.workers, progress=not args.no_progress, overwrite=args.overwrite)
+    from onemodel_cy.data.packfmt import INT32_END
+    # What the command line names is checked first (status 2); what is in the files, while packing (1).
+    if not os.path.isdir(args.folder):
+        return user_error(f"{args.folder}: {'not a folder' if os.path.exists(args.folder) else 'no such folder'} "
+                          f"(FOLDER is the folder of image files)", USAGE)
+    if not os.path.isfile(args.labels):
+        return user_error(f"{args.labels}: {'not a file' if os.path.exists(args.labels) else 'no such file'} "
+                          f"(--labels is a UTF-8 file of 'file name<TAB>text' lines)", USAGE)
+    if os.path.lexists(args.out) and not args.overwrite:
+        return user_error(f"{args.out}: already exists (pass --overwrite to replace it)", USAGE)
+    if not 1 <= args.height < INT32_END:
+        return user_error(f"--height must be an integer in [1, 2**31), received {args.height}", USAGE)
+    if args.workers is not None and args.workers < 1:
+        return user_error(f"--workers must be an integer >= 1, received {args.workers}", USAGE)
+    try:
+        report = pack(args.folder, args.out, labels=args.labels, height=args.height, mode=args.mode,
+                      workers=args.workers, progress=not args.no_progress, overwrite=args.overwrite)
+    except FileExistsError as error:        # another writer published OUT meanwhile
+        return user_error(error, USAGE)
+    except ImportError as error:            # Pillow missing: say how to get it (as `show`)
+        return user_error(error, USAGE)
+    # With the arguments checked, a ValueError is about the data: a PackError naming the
+    # labels file and its line, nothing left to pack; an OSError names its file (a full disk).
+    except (ValueError, OSError) as error:
+        return user_error(error, DATA)
     print(report.summary())
     return 0
 

@@ -5,6 +5,8 @@ report, the refusal of a labels file naming a missing image, and ``onemodel-cy p
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -96,3 +98,83 @@ def test_cli_pack_then_train(folder, tmp_path, capsys):
     batch = loader.batch_at(0)
     slow = build_batch(loader.collator, ds, np.arange(3, dtype=np.int64), 0, 0, 0, route="samples")
     assert np.asarray(batch.images).tobytes() == np.asarray(slow.images).tobytes()
+
+
+def test_a_labels_file_that_is_not_utf8_names_its_line(folder, tmp_path):
+    """Bad input: a labels file with a Latin-1 byte raised a bare UnicodeDecodeError naming
+    neither the file nor the line; now a PackError naming both (and the column). Lines
+    still split as text mode splits them (CR, LF and CRLF each end one)."""
+    from onemodel_cy.data.packsources import read_labels
+    images, labels = folder
+    with open(labels, "ab") as f:
+        f.write("a.png\tone\r\nb.png\ttwo\rc.png\tcafé\r\r\nd.png\tend".encode("utf-8"))
+    with open(labels, encoding="utf-8") as f:       # text mode's lines and numbers
+        want = [(n, line.rstrip("\r\n")) for n, line in enumerate(f) if line.strip()]
+    got = read_labels(images, labels)
+    assert [(position, f"{name}\t{text}") for position, name, _, text in got] == want and len(want) == 9
+    with open(labels, "ab") as f:
+        f.write(b"\nb.png\tcaf\xe9\n")
+    with pytest.raises(PackError, match=r"labels\.txt, line 12: not UTF-8 text \(byte 0xe9 at column 10\)"):
+        om.pack(images, str(tmp_path / "p"), labels=labels, progress=False)
+    assert os.listdir(tmp_path) == ["images", "labels.txt"]
+
+
+def cli_error(capsys, argv):
+    """``main(argv)``'s exit status and its stderr, which must be one line and no traceback."""
+    status = main(argv)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("onemodel-cy: error: ") and "Traceback" not in err, err
+    return status, err
+
+
+def test_cli_user_errors_are_one_line_naming_the_file(folder, tmp_path, capsys):
+    """`onemodel-cy pack` user errors printed raw tracebacks; now one line
+    `onemodel-cy: error: <message>` naming the file, status 2 for the command line (a
+    missing folder or labels file, an existing output without --overwrite) and 1 for the
+    data (a labels line naming a missing image, a labels file that is not UTF-8)."""
+    images, labels = folder
+    out = str(tmp_path / "p")
+    missing = str(tmp_path / "nowhere")
+    assert cli_error(capsys, ["pack", missing, out, "--labels", labels]) == (
+        2, f"onemodel-cy: error: {missing}: no such folder (FOLDER is the folder of image files)\n")
+    status, err = cli_error(capsys, ["pack", images, out, "--labels", missing])
+    assert status == 2 and f"{missing}: no such file" in err
+    status, err = cli_error(capsys, ["pack", images, out, "--labels", labels, "--height", "0"])
+    assert status == 2 and "--height must be an integer in [1, 2**31), received 0" in err
+    os.mkdir(out)
+    status, err = cli_error(capsys, ["pack", images, out, "--labels", labels])
+    assert status == 2 and f"{out}: already exists (pass --overwrite to replace it)" in err
+    with open(labels, "a", encoding="utf-8") as f:
+        f.write("gone.png\tghost\n")
+    status, err = cli_error(capsys, ["pack", images, out, "--labels", labels, "--overwrite"])
+    assert status == 1 and "labels.txt, line 7: names 'gone.png'" in err
+    with open(labels, "wb") as f:
+        f.write(b"a.png\tok\nb.png\t\xff\n")
+    status, err = cli_error(capsys, ["pack", images, out, "--labels", labels, "--overwrite"])
+    assert status == 1 and f"{labels}, line 2: not UTF-8 text" in err
+    assert os.listdir(out) == []            # what was there is untouched
+
+
+def test_cli_keeps_the_traceback_of_a_bug(folder, tmp_path, monkeypatch):
+    """An unexpected exception inside `onemodel-cy pack` is no user error: it propagates
+    (a traceback), it is not turned into one line."""
+    import onemodel_cy.data.pack as pack_module
+
+    def broken(*args, **kwargs):
+        raise TypeError("a bug")
+    monkeypatch.setattr(pack_module, "pack", broken)
+    images, labels = folder
+    with pytest.raises(TypeError, match="a bug"):
+        main(["pack", images, str(tmp_path / "p"), "--labels", labels])
+
+
+def test_cli_error_from_the_command_line_has_no_traceback(tmp_path):
+    """`python -m onemodel_cy pack` on a missing folder, as a user runs it: status 2, one line."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    run = subprocess.run([sys.executable, "-m", "onemodel_cy", "pack", str(tmp_path / "none"), str(tmp_path / "p"),
+                          "--labels", str(tmp_path / "labels.txt")], capture_output=True, text=True, timeout=120,
+                         env=env, cwd=root)
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr == (f"onemodel-cy: error: {tmp_path / 'none'}: no such folder "
+                          f"(FOLDER is the folder of image files)\n")

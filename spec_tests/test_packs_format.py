@@ -7,20 +7,26 @@ is refused with an error naming the file; the known-answer packs of spec_tests/d
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import pickle
+import re
+import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
 
 import onemodel_cy as om
+from onemodel_cy.data import pack as _pack
 from onemodel_cy.data import packfmt as _packfmt
 from onemodel_cy.data.packfmt import PackError
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 pytestmark = pytest.mark.usefixtures("without_fsync")     # conftest.py
@@ -141,6 +147,62 @@ def test_writer_skips_and_reports_bad_items(tmp_path):
                 str(tmp_path / "r"), progress=False)
 
 
+@pytest.mark.parametrize("label", [1.9, True, np.float64(2.0), np.bool_(False), "3"])
+def test_a_label_that_is_not_an_integer_is_a_type_error(tmp_path, label):
+    """Writer values, by Sample's rule: a label 1.9 or True was stored as 1 (int()); now
+    it is a TypeError naming the item and its key, and no pack or partial folder is left."""
+    items = [(np.zeros((2, 3), np.uint8), [1], 0, "a.png"), (np.zeros((2, 3), np.uint8), [1], label, "b.png")]
+    with pytest.raises(TypeError, match=r"item 1 \(key 'b\.png'\): label must be an integer \(not a bool or a float\)"):
+        om.pack(items, str(tmp_path / "p"), progress=False)
+    with pytest.raises(TypeError, match="Sample.label must be an integer"):
+        om.Sample(np.zeros((1, 2, 3), np.float32), [1], label)
+
+    class Duck:         # a dataset whose samples are not Sample objects
+        def __len__(self):
+            return 1
+
+        def get_sample(self, i):
+            return types.SimpleNamespace(image=np.zeros((1, 2, 3), np.float32), target=[1], label=label)
+    with pytest.raises(TypeError, match=r"sample 0: label must be an integer"):
+        om.pack(Duck(), str(tmp_path / "p"), progress=False)
+    assert os.listdir(tmp_path) == []
+    report = om.pack([(np.zeros((2, 3), np.uint8), [1], np.int16(-4))], str(tmp_path / "q"), progress=False)
+    assert om.PackedImageDataset(report.path, 0, 1).get_sample(0).label == -4     # numpy integers are integers
+
+
+@pytest.mark.parametrize("key, error, message", [
+    (b"caf\xe9.png", TypeError, r"item 1: key must be a str \(or left out\), received b'caf\\xe9\.png' of type bytes"),
+    (7, TypeError, r"item 1: key must be a str .* of type int"),
+    ("caf\udce9.png", ValueError, r"item 1: key 'caf\\udce9\.png' cannot be stored as UTF-8 \(surrogates not "
+                                  r"allowed at character 3\)"),
+])
+def test_a_key_that_is_not_text_is_refused_before_anything_is_published(tmp_path, key, error, message):
+    """Writer values: a bytes key was stored as the string "b'caf\\xe9.png'" (str()), and a key
+    with a lone surrogate aborted the pack with a bare UnicodeEncodeError. A key is a str
+    that UTF-8 can store (the reader refuses any other keys.npy): a bytes or int key is a
+    TypeError, a lone surrogate a ValueError, each naming the item; nothing is left."""
+    items = [(np.zeros((2, 3), np.uint8), [1], 0, "ok.png"), (np.zeros((2, 3), np.uint8), [1], 1, key)]
+    with pytest.raises(error, match=message):
+        om.pack(items, str(tmp_path / "p"), progress=False)
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_big_endian_float32_image_is_stored_as_the_native_one(tmp_path):
+    """Writer values: a big-endian float32 [C, H, W] image, which Sample accepts, was refused
+    by the writer; now it is packed, its stored bytes equal to the native-order route's."""
+    rng = np.random.default_rng(5)
+    native = [rng.standard_normal((2, 3, w)).astype(np.float32) for w in (4, 1, 6)]
+    swapped = [image.astype(">f4") for image in native]
+    assert om.Sample(swapped[0], [1], 0).image.tobytes() == native[0].tobytes()
+    om.pack([(image, [1], 0) for image in native], str(tmp_path / "native"), progress=False)
+    om.pack([(image, [1], 0) for image in swapped], str(tmp_path / "swapped"), progress=False)
+    for name in ("pixels", "shapes", "pixel_offsets"):
+        native_file, swapped_file = (tmp_path / route / f"{name}.npy" for route in ("native", "swapped"))
+        assert native_file.read_bytes() == swapped_file.read_bytes(), name
+    ds = om.PackedImageDataset(str(tmp_path / "swapped"))
+    assert all(ds.get_sample(i).image.tobytes() == native[i].tobytes() for i in range(3))
+
+
 def test_an_interrupted_pack_leaves_nothing_that_looks_complete(tmp_path):
     """Writer atomicity: a source that fails mid-way leaves neither the destination nor the
     temporary folder; an existing pack is refused, and replaced only once complete."""
@@ -158,6 +220,152 @@ def test_an_interrupted_pack_leaves_nothing_that_looks_complete(tmp_path):
     assert len(om.PackedImageDataset(str(tmp_path / "p"), 0, 1)) == 1 and os.listdir(tmp_path) == ["p"]
     om.pack([(np.ones((2, 3), np.uint8), [1], 0)] * 2, str(tmp_path / "p"), progress=False, overwrite=True)
     assert len(om.PackedImageDataset(str(tmp_path / "p"), 0, 1)) == 2 and os.listdir(tmp_path) == ["p"]
+
+
+ONE = [(np.zeros((2, 3), np.uint8), [1], 0)]
+TWO = [(np.full((2, 3), 7, np.uint8), [2], 1)] * 2
+
+
+def partials(folder):
+    return [name for name in os.listdir(folder) if ".partial-" in name]
+
+
+@pytest.fixture(params=["renameat2", "portable"])
+def publish_route(request, monkeypatch):
+    """The exclusive publish through renameat2(RENAME_NOREPLACE), and through the portable
+    fallback (os.rename, which replaces an empty folder: guarded by a check)."""
+    if request.param == "renameat2" and _pack.renameat2 is None:
+        pytest.skip("no renameat2 in this libc")     # not Linux: the portable route runs
+    if request.param == "portable":
+        monkeypatch.setattr(_pack, "renameat2", None)
+    return request.param
+
+
+def publish_meanwhile(monkeypatch, action):
+    """Run ``action`` once, in the writer between its manifest (its last file) and its publish."""
+    write = _pack.write_manifest
+
+    def hooked(folder, manifest):
+        write(folder, manifest)
+        monkeypatch.setattr(_pack, "write_manifest", write)
+        action()
+    monkeypatch.setattr(_pack, "write_manifest", hooked)
+
+
+@pytest.mark.parametrize("rival", ["pack", "empty folder"])
+def test_a_pack_published_meanwhile_is_never_replaced(tmp_path, monkeypatch, publish_route, rival):
+    """Writer publish (overwrite=False): writer B publishes the destination while writer A is
+    between its last file and its rename. A used to move B's finished pack aside, publish
+    its own and delete B's; now A fails with a FileExistsError naming the path, B's pack is
+    left as it was and A's partial folder is removed (an empty folder appearing there is
+    refused too, not replaced)."""
+    out = str(tmp_path / "p")
+    if rival == "pack":
+        publish_meanwhile(monkeypatch, lambda: om.pack(TWO, out, progress=False))
+    else:
+        publish_meanwhile(monkeypatch, lambda: os.mkdir(out))
+    with pytest.raises(FileExistsError, match=r"p: another writer published it .* partial folder .* was removed"):
+        om.pack(ONE, out, progress=False)
+    assert partials(tmp_path) == [] and os.listdir(tmp_path) == ["p"]
+    if rival == "pack":
+        assert len(om.PackedImageDataset(out, 0, 1)) == 2
+    else:
+        assert os.listdir(out) == []
+
+
+def test_two_writers_replacing_one_pack_leave_one(tmp_path, monkeypatch, publish_route):
+    """Writer publish (overwrite=True): writer B publishes while writer A has just moved the
+    old pack aside. A's rename then met B's pack and failed, leaving the old pack in a
+    hidden folder; now A moves B's aside too and publishes: the last writer wins, and no
+    hidden folder is left."""
+    out = str(tmp_path / "p")
+    om.pack(ONE * 3, out, progress=False)
+    rename = os.rename
+    calls = []
+
+    def hooked(src, dst, *args, **kwargs):
+        rename(src, dst, *args, **kwargs)
+        if src == out and not calls:             # A has moved the old pack aside
+            calls.append(dst)
+            om.pack(TWO, out, progress=False, overwrite=True)     # B
+    monkeypatch.setattr(os, "rename", hooked)
+    om.pack(ONE, out, progress=False, overwrite=True)              # A
+    monkeypatch.setattr(os, "rename", rename)
+    assert calls and os.listdir(tmp_path) == ["p"] and len(om.PackedImageDataset(out, 0, 1)) == 1
+
+
+def test_a_failed_replace_puts_the_old_pack_back(tmp_path, monkeypatch):
+    """Writer publish (overwrite=True): when the publish itself fails after the old pack was
+    moved aside, the old pack is put back and the partial removed."""
+    out = str(tmp_path / "p")
+    om.pack(ONE * 3, out, progress=False)
+    exclusive = _pack.rename_exclusive
+
+    def failing(src, dst):
+        if ".replaced-" not in src:
+            raise OSError(errno.EIO, "the disk went away")
+        exclusive(src, dst)
+    monkeypatch.setattr(_pack, "rename_exclusive", failing)
+    with pytest.raises(OSError, match="the disk went away"):
+        om.pack(ONE, out, progress=False, overwrite=True)
+    assert os.listdir(tmp_path) == ["p"] and len(om.PackedImageDataset(out, 0, 1)) == 3
+
+
+FSIZE_CHILD = r"""
+import os, resource, signal, sys
+import numpy as np
+import onemodel_cy as om
+from onemodel_cy.data import packfmt
+packfmt.FSYNC = False
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)          # a write past the limit fails with EFBIG
+resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+items = [(np.full((64, 1024), i, np.uint8), [1], i) for i in range(40)]    # 2.6 MB of pixels
+try:
+    om.pack(items, sys.argv[1], progress=False)
+except OSError as error:
+    print("error", error.errno, type(error).__name__)
+print("left", sorted(os.listdir(os.path.dirname(sys.argv[1]))))
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_FSIZE is POSIX")
+def test_a_write_past_the_file_size_limit_removes_its_partial_folder(tmp_path):
+    """Writer cleanup (a full disk, here the file-size limit): the pixel write fails with
+    EFBIG, and the abort's close failed again flushing its buffer, so the partial folder
+    was never removed; now the OSError comes out and nothing is left."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+    run = subprocess.run([sys.executable, "-c", FSIZE_CHILD, str(tmp_path / "p")], capture_output=True,
+                         text=True, timeout=120, env=env, cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == [f"error {errno.EFBIG} OSError", "left []"], run.stdout + run.stderr
+
+
+def test_a_close_that_fails_still_removes_the_partial_folder(tmp_path, monkeypatch):
+    """Writer cleanup: a source error followed by a pixel-file close that fails too; the
+    close's error used to replace the source's and leave the partial folder. Now the
+    source's error is raised, the close's added as a note, and the folder is removed."""
+    import io
+    close = io.BufferedWriter.close
+
+    class Failing(io.BufferedWriter):
+        def close(self):
+            close(self)
+            raise OSError(errno.ENOSPC, "No space left on device")
+    opened = open
+
+    def opener(path, mode="r", *args, **kwargs):
+        f = opened(path, mode, *args, **kwargs)
+        return Failing(f.detach()) if path.endswith("pixels.npy") else f
+    monkeypatch.setattr(_pack, "open", opener, raising=False)
+
+    def failing():
+        yield from ONE
+        raise RuntimeError("source broke")
+    with pytest.raises(RuntimeError, match="source broke") as caught:
+        om.pack(failing(), str(tmp_path / "p"), progress=False)
+    if sys.version_info >= (3, 11):        # exceptions carry notes from 3.11 on
+        assert any("No space left" in note for note in caught.value.__notes__)
+    assert os.listdir(tmp_path) == []
 
 
 def test_pickled_dataset_reopens_the_pack(gray_pack):
@@ -204,6 +412,29 @@ def test_other_version_or_format(gray_pack):
             om.PackedImageDataset(path, 0, 1)
     rewrite_manifest(path, {**manifest, "format": "mds"})
     with pytest.raises(PackError, match="format must be"):
+        om.PackedImageDataset(path, 0, 1)
+
+
+@pytest.mark.parametrize("field", ["count", "version", "arrays.labels.bytes", "arrays.shapes.shape[1]"])
+def test_an_integer_of_thousands_of_digits_is_a_pack_error_naming_the_field(gray_pack, field):
+    """Bad input: an integer field of 5000 digits made json raise Python's bare ValueError
+    ('Exceeds the limit (4300 digits) for integer string conversion'), naming no file; now
+    a PackError naming manifest.json and the field. 20 digits are still parsed (and refused
+    by the field's own range check)."""
+    path, _ = gray_pack
+    text = json.dumps(manifest_of(path))
+    manifest = json.loads(text)
+    *parents, last = field.replace("[", ".").replace("]", "").split(".")
+    holder = manifest
+    for name in parents:
+        holder = holder[int(name)] if isinstance(holder, list) else holder[name]
+    holder[int(last) if isinstance(holder, list) else last] = "HUGE"
+    with open(os.path.join(path, "manifest.json"), "w") as f:
+        f.write(json.dumps(manifest).replace('"HUGE"', "-" + "9" * 5000))
+    with pytest.raises(PackError, match=rf"manifest\.json: {re.escape(field)} is an integer of 5000 digits"):
+        om.PackedImageDataset(path, 0, 1)
+    rewrite_manifest(path, {**json.loads(text), "count": 10 ** 19})
+    with pytest.raises(PackError, match=r"manifest\.json: count must be an integer in \[1, 2\*\*31\), received 1000"):
         om.PackedImageDataset(path, 0, 1)
 
 

@@ -5,14 +5,19 @@ Three sources: a folder of image files with a labels file (decoded with Pillow, 
 ``(image, target, label)`` or ``(image, target, label, key)``, and any dataset with
 ``get_sample``. A pack is written into a hidden temporary folder beside the destination
 and renamed into place only once its manifest is written, so an interrupted pack never
-looks complete; what could not be packed is listed in the returned :class:`PackReport`.
+looks complete; the rename never replaces what another writer published meanwhile unless
+``overwrite``, and every failure removes the temporary folder. What could not be packed
+is listed in the returned :class:`PackReport`.
 """
 from __future__ import annotations
 
+import ctypes
 import dataclasses
+import errno
 import os
 import secrets
 import shutil
+import sys
 import time
 
 import numpy as np
@@ -48,21 +53,30 @@ class _PackWriter:
 
     def __init__(self, out: str, overwrite: bool):
         self.out = os.path.abspath(os.fspath(out))
-        if os.path.exists(self.out) and not overwrite:
+        self.overwrite = overwrite
+        if os.path.lexists(self.out) and not overwrite:
             raise FileExistsError(f"{self.out}: already exists (pass overwrite=True / --overwrite to replace it)")
         parent, name = os.path.split(self.out)
         os.makedirs(parent, exist_ok=True)
         self.tmp = os.path.join(parent, f".{name}.partial-{os.getpid()}-{secrets.token_hex(4)}")
         os.mkdir(self.tmp)
-        self.pixels = open(os.path.join(self.tmp, "pixels.npy"), "wb")
-        self.pixels.write(b"\0" * HEADER_BYTES)      # the real header once the size is known
+        self.pixels = None
+        try:
+            self.pixels = open(os.path.join(self.tmp, "pixels.npy"), "wb")
+            self.pixels.write(b"\0" * HEADER_BYTES)      # the real header once the size is known
+        except BaseException:
+            if self.pixels is not None:
+                close_quietly(self.pixels)
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            raise
         self.kind = None
         self.total = 0
         self.offsets, self.shapes, self.labels, self.keys = [], [], [], []
         self.targets, self.target_ends = [], [0]
 
-    def add(self, image: np.ndarray, target: np.ndarray, label: int, key) -> None:
-        """One sample, already checked: uint8 [H, W] / [H, W, 3] or float32 [C, H, W]."""
+    def add(self, image: np.ndarray, target: np.ndarray, label: int, key: bytes | None) -> None:
+        """One sample, already checked (``packsources``): uint8 [H, W] / [H, W, 3] or float32
+        [C, H, W] of either byte order (stored little-endian), an int label, a UTF-8 key."""
         if image.dtype == np.uint8:
             kind = "gray8" if image.ndim == 2 else "rgb8"
             c, h, w = (1, *image.shape) if image.ndim == 2 else (3, image.shape[0], image.shape[1])
@@ -80,10 +94,11 @@ class _PackWriter:
         self.targets.append(target)
         self.target_ends.append(self.target_ends[-1] + target.shape[0])
         self.labels.append(label)
-        self.keys.append(None if key is None else str(key).encode("utf-8"))
+        self.keys.append(key)
 
-    def finish(self, vocabulary, source: str) -> int:
-        """Write the arrays and the manifest, then rename the folder into place."""
+    def finish(self, vocabulary, source: str) -> tuple[int, int]:
+        """Write the arrays and the manifest, then rename the folder into place; the count
+        and the bytes of the pack."""
         n = len(self.labels)
         if n == 0:
             raise ValueError("nothing to pack: every item was skipped or the source was empty")
@@ -108,23 +123,145 @@ class _PackWriter:
                     "vocabulary": vocabulary, "source": source,
                     "arrays": {name: array_entry(self.tmp, name, d, shape) for name, (d, shape) in arrays.items()}}
         write_manifest(self.tmp, manifest)      # last: a folder without it is no pack
+        size = sum(os.path.getsize(os.path.join(self.tmp, f)) for f in os.listdir(self.tmp))
         self.move_into_place()
-        return n
+        return n, size
 
     def move_into_place(self) -> None:
-        old = None
-        if os.path.exists(self.out):
-            old = f"{self.tmp}.replaced"
-            os.rename(self.out, old)
-        os.rename(self.tmp, self.out)
-        sync_folder(os.path.dirname(self.out))      # the rename itself reaches the disk
-        if old is not None:
-            shutil.rmtree(old)
+        """Publish: rename the finished folder to its name in one step that never replaces
+        what is there, unless ``overwrite`` (then what is there is moved aside first and
+        removed once the new pack is in place and the rename on the disk)."""
+        moved = []
+        if not self.overwrite:
+            try:
+                rename_exclusive(self.tmp, self.out)
+            except FileExistsError:
+                shutil.rmtree(self.tmp, ignore_errors=True)
+                raise FileExistsError(
+                    f"{self.out}: another writer published it while this pack was being written; it was "
+                    f"left as it is, and this writer's partial folder {self.tmp} was removed (pass "
+                    f"overwrite=True / --overwrite to replace it)") from None
+        else:
+            moved = self.replace()
+        try:
+            sync_folder(os.path.dirname(self.out))      # the rename itself reaches the disk
+        finally:
+            for aside in moved:
+                remove_path(aside)
 
-    def abort(self) -> None:
-        if not self.pixels.closed:
-            self.pixels.close()
-        shutil.rmtree(self.tmp, ignore_errors=True)
+    def replace(self) -> list:
+        """Move what lies at ``out`` aside and publish exclusively, again until it succeeds,
+        so a writer that moved a pack aside never leaves ``out`` empty: when two writers
+        replace one pack, the last to publish wins and the other's pack is removed, never
+        both. The folders moved aside, to remove."""
+        moved = []
+        try:
+            for attempt in range(PUBLISH_ATTEMPTS):
+                try:
+                    rename_exclusive(self.tmp, self.out)
+                    return moved
+                except FileExistsError:
+                    pass
+                aside = f"{self.tmp}.replaced-{attempt}"
+                try:
+                    os.rename(self.out, aside)
+                except FileNotFoundError:       # another writer moved it aside first: publish again
+                    continue
+                moved.append(aside)
+            raise FileExistsError(f"{self.out}: other writers kept publishing here; {PUBLISH_ATTEMPTS} "
+                                  f"attempts to replace it failed, and this writer's partial folder was removed")
+        except BaseException:
+            # Put the newest pack moved aside back while the place is still empty: a failed
+            # replace loses nothing that was published.
+            if moved:
+                try:
+                    rename_exclusive(moved.pop(), self.out)
+                except OSError:
+                    pass
+            for aside in moved:
+                remove_path(aside)
+            raise
+
+    def abort(self, error: BaseException) -> None:
+        """Remove the partial folder after ``error``, whatever fails on the way: closing a
+        file on a full disk fails again (its buffer cannot be flushed), and is added to
+        ``error`` as a note instead of replacing it."""
+        try:
+            if not self.pixels.closed:
+                self.pixels.close()
+        except Exception as close_error:
+            add_note(error, f"closing {self.pixels.name} failed too: {close_error!r}")
+        finally:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            if os.path.lexists(self.tmp):
+                add_note(error, f"the partial folder {self.tmp} could not be removed")
+
+
+PUBLISH_ATTEMPTS = 100
+
+# renameat2(2) with RENAME_NOREPLACE (Linux 3.15+, glibc 2.28+): an atomic rename that fails
+# with EEXIST instead of replacing the destination.
+AT_FDCWD, RENAME_NOREPLACE = -100, 1
+
+
+def load_renameat2():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        function = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):          # a libc without it (musl before 1.2.5, old glibc)
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    function.restype = ctypes.c_int
+    return function
+
+
+renameat2 = load_renameat2()
+
+
+def rename_exclusive(src: str, dst: str) -> None:
+    """Rename the folder ``src`` to ``dst`` in one step, or raise FileExistsError if ``dst``
+    exists: never replace it."""
+    if renameat2 is not None:
+        if renameat2(AT_FDCWD, os.fsencode(src), AT_FDCWD, os.fsencode(dst), RENAME_NOREPLACE) == 0:
+            return
+        code = ctypes.get_errno()
+        if code not in (errno.ENOSYS, errno.EINVAL):    # EINVAL: a file system without the flag
+            raise OSError(code, os.strerror(code), src, None, dst)     # EEXIST: a FileExistsError
+    # Portable: a folder renamed onto a file or a non-empty folder fails (ENOTDIR, ENOTEMPTY
+    # or EEXIST; Windows refuses any existing name), but it silently replaces an empty
+    # folder: that one is refused first (one appearing between the check and the rename is
+    # replaced, which loses no data).
+    if os.path.lexists(dst):
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), dst)
+    try:
+        os.rename(src, dst)
+    except OSError as error:
+        if error.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR) and os.path.lexists(dst):
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), dst) from error
+        raise
+
+
+def remove_path(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+
+
+def close_quietly(f) -> None:
+    try:
+        f.close()
+    except OSError:
+        pass
+
+
+def add_note(error: BaseException, note: str) -> None:
+    if hasattr(error, "add_note"):              # Python 3.11+
+        error.add_note(note)
 
 
 def sync_folder(folder: str) -> None:
@@ -149,7 +286,9 @@ def pack(source, out, *, labels=None, height=32, mode="L", vocabulary=None, work
         label)`` or ``(image, target, label, key)`` with a uint8 ``[H, W]`` / ``[H, W, 3]``
         or float32 ``[C, H, W]`` image, or any object with ``get_sample(i)`` and ``len``.
     out : path
-        The pack's folder; must not exist unless ``overwrite``.
+        The pack's folder; must not exist unless ``overwrite``. Without ``overwrite``, a
+        pack another writer publishes there meanwhile is never replaced: this one then
+        fails with a ``FileExistsError`` (its temporary folder removed).
     labels : path, optional
         For a folder: a UTF-8 text file, one ``file name<TAB>text`` per line.
     height : int, default 32
@@ -166,7 +305,11 @@ def pack(source, out, *, labels=None, height=32, mode="L", vocabulary=None, work
     progress : bool, default True
         Show a tqdm progress bar (when tqdm is installed).
     overwrite : bool, default False
-        Replace an existing ``out`` (only once the new pack is complete).
+        Replace an existing ``out`` (only once the new pack is complete; of two writers
+        replacing one pack, the last to publish wins).
+
+    Every failure (an exception from the source, a full disk, a refused item) removes the
+    temporary folder and leaves ``out`` as it was.
     """
     started = time.perf_counter()
     writer = _PackWriter(out, overwrite)
@@ -187,11 +330,10 @@ def pack(source, out, *, labels=None, height=32, mode="L", vocabulary=None, work
             vocab = recorded_vocabulary(vocabulary)
         for image, target, label, key in with_progress(items, total, progress):
             writer.add(image, target, label, key)
-        count = writer.finish(vocab, name)
-    except BaseException:
-        writer.abort()
+        count, size = writer.finish(vocab, name)
+    except BaseException as error:
+        writer.abort(error)
         raise
-    size = sum(os.path.getsize(os.path.join(writer.out, f)) for f in os.listdir(writer.out))
     return PackReport(writer.out, count, skipped, time.perf_counter() - started, size)
 
 

@@ -109,9 +109,13 @@ def read_manifest(folder: str) -> dict:
         raise PackError(f"{path}: missing; {folder} is not a pack, or one whose writing never finished")
     try:
         with open(path, encoding="utf-8") as f:
-            manifest = json.load(f)
+            manifest = json.load(f, parse_int=bounded_int)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:   # nesting too deep
         raise PackError(f"{path}: not a readable JSON manifest ({error})") from None
+    oversized = first_oversized(manifest)
+    if oversized is not None:
+        raise PackError(f"{path}: {oversized[0]} is an integer of {oversized[1]} digits; every integer "
+                        f"field of a manifest fits in 64 bits")
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise PackError(f"{path}: format must be {FORMAT!r}, received "
                         f"{manifest.get('format') if isinstance(manifest, dict) else type(manifest).__name__!r}")
@@ -130,6 +134,39 @@ def read_manifest(folder: str) -> dict:
     if len(present) == 1:
         raise PackError(f"{path}: keys and key_offsets come together, received only {present[0]}")
     return manifest
+
+
+class OversizedInt:
+    """A JSON integer of more digits than any field allows, kept unparsed: Python refuses to
+    convert an integer string of more than 4300 digits (a bare ValueError naming no file),
+    and parsing a long one costs time quadratic in its length. ``read_manifest`` finds it
+    afterwards to name its field."""
+
+    def __init__(self, text: str):
+        self.digits = len(text.lstrip("-"))
+
+
+INT_DIGITS = 20         # every integer field fits in 64 bits: at most 20 digits
+
+
+def bounded_int(text: str):
+    return OversizedInt(text) if len(text.lstrip("-")) > INT_DIGITS else int(text)
+
+
+def first_oversized(value):
+    """``(field, digits)`` of the first ``OversizedInt`` in the parsed manifest, or None:
+    the field as a dotted path (``arrays.pixels.bytes``, ``vocabulary[3]``). Iterative, as
+    deep as the JSON parser allowed."""
+    stack = [("manifest", value)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, OversizedInt):
+            return where.removeprefix("manifest."), value.digits
+        if isinstance(value, dict):
+            stack.extend((f"{where}.{k}", v) for k, v in reversed(list(value.items())))
+        elif isinstance(value, list):
+            stack.extend((f"{where}[{i}]", v) for i, v in reversed(list(enumerate(value))))
+    return None
 
 
 def expected_dtype(manifest: dict, name: str) -> str:

@@ -2,14 +2,17 @@
 
 Each returns the stream (a generator) and the list of skipped ``(item, reason)`` pairs,
 which fills while the stream is consumed. Values that cannot be packed (an image file
-Pillow cannot read, an empty text, a zero-sized image) are skipped and reported; the
-wrong kind of object (a float64 image, a target that is not integers) is a TypeError,
-and a labels file naming a file that does not exist is a ``PackError`` before anything
-is decoded.
+Pillow cannot read, an empty text, a zero-sized image, a label outside the int32 range)
+are skipped and reported; the wrong kind of object is a TypeError naming the item, by
+the rule of ``Sample`` (a float64 image, a target that is not integers, a label that is a
+bool or a float, a key that is not a str), and a key that UTF-8 cannot encode (a lone
+surrogate) a ValueError. A labels file naming a file that does not exist, or that is not
+UTF-8, is a ``PackError`` naming its line before anything is decoded.
 """
 from __future__ import annotations
 
 import concurrent.futures
+import operator
 import os
 
 import numpy as np
@@ -25,18 +28,33 @@ def read_labels(folder: str, labels: str) -> list:
     """``(position, name, path, text)`` per non-blank line of ``labels``: ``name<TAB>text``
     (or, with no tab, the first space separates them). Every named file must exist."""
     entries = []
-    with open(labels, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
-            name, _, text = line.partition("\t") if "\t" in line else line.partition(" ")
-            name = name.strip()
-            path = os.path.join(folder, name)
-            if not os.path.isfile(path):
-                raise PackError(f"{labels}, line {number}: names {name!r}, but {path} is not a file")
-            entries.append((number - 1, name, path, text))
+    for number, line in label_lines(labels):
+        if not line.strip():
+            continue
+        name, _, text = line.partition("\t") if "\t" in line else line.partition(" ")
+        name = name.strip()
+        path = os.path.join(folder, name)
+        if not os.path.isfile(path):
+            raise PackError(f"{labels}, line {number}: names {name!r}, but {path} is not a file")
+        entries.append((number - 1, name, path, text))
     return entries
+
+
+def label_lines(labels: str):
+    """``(number, text)`` per line of the file ``labels``, split as text mode splits (a
+    newline, a carriage return or both end a line) but decoded line by line, so a line
+    that is not UTF-8 is named (a text-mode read reports only a byte offset in a chunk)."""
+    number = 0
+    with open(labels, "rb") as f:
+        for raw in f:
+            body = raw[:-2] if raw.endswith(b"\r\n") else raw.rstrip(b"\n")
+            for part in body.split(b"\r"):     # 0x0D is never inside a UTF-8 sequence
+                number += 1
+                try:
+                    yield number, part.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    raise PackError(f"{labels}, line {number}: not UTF-8 text (byte {part[error.start]:#04x} "
+                                    f"at column {error.start + 1}); a labels file is UTF-8") from None
 
 
 def symbol_table(vocabulary, texts) -> list:
@@ -115,35 +133,66 @@ def decoded(entries, ids, height, mode, threads, skipped):
                 if error is not None:
                     skipped.append((name, error))
                     continue
-                yield image, np.array([ids[ch] for ch in text], dtype=np.int32), position, name
+                yield image, np.array([ids[ch] for ch in text], dtype=np.int32), position, name.encode("utf-8")
 
 
 # ---------------------------------------------------------------- iterables and datasets
 
 def checked_item(position, item):
-    """``(image, target, label, key)`` from one item, or a reason to skip it."""
+    """``(image, target, label, key)`` from one item (the key encoded), or a reason to skip it."""
     if not isinstance(item, (tuple, list)) or len(item) not in (3, 4):
         raise TypeError(f"item {position}: expected (image, target, label) or (image, target, label, key), "
                         f"received {type(item).__name__}")
     image, target, label = item[0], item[1], item[2]
-    key = item[3] if len(item) == 4 else None
+    key = key_bytes(position, item[3]) if len(item) == 4 else None
+    where = f"item {position}" if key is None else f"item {position} (key {item[3]!r})"
+    # float32 of either byte order, as Sample takes it (the writer stores it little-endian).
     if not isinstance(image, np.ndarray) or not (
             (image.dtype == np.uint8 and (image.ndim == 2 or (image.ndim == 3 and image.shape[2] == 3)))
-            or (image.dtype == np.float32 and image.ndim == 3)):
-        raise TypeError(f"item {position}: image must be uint8 [H, W] or [H, W, 3], or float32 [C, H, W], "
+            or (image.dtype.type is np.float32 and image.ndim == 3)):
+        raise TypeError(f"{where}: image must be uint8 [H, W] or [H, W, 3], or float32 [C, H, W], "
                         f"received {type(image).__name__} {getattr(image, 'dtype', '')} "
                         f"{getattr(image, 'shape', '')}")
     if 0 in image.shape:
         return None, f"image of shape {image.shape}: every dimension must be >= 1"
     target = np.asarray(target)
     if target.ndim != 1 or (target.size and target.dtype.kind not in "iu"):
-        raise TypeError(f"item {position}: target must be a 1-D sequence of integers, received {target.dtype} "
+        raise TypeError(f"{where}: target must be a 1-D sequence of integers, received {target.dtype} "
                         f"{target.shape}")
     if target.size and (target.min() < 0 or target.max() >= INT32_END):
         return None, f"target values must lie in [0, 2**31), received min {target.min()}, max {target.max()}"
-    if not -INT32_END <= int(label) < INT32_END:
+    label = checked_label(where, label)
+    if not -INT32_END <= label < INT32_END:
         return None, f"label {label} is outside the int32 range"
-    return (image, target.astype(np.int32), int(label), key), None
+    return (image, target.astype(np.int32), label, key), None
+
+
+def checked_label(where: str, label) -> int:
+    """``label`` as an int by ``Sample``'s rule: an integer (``operator.index``), not a bool
+    (True would be stored as 1) and not a float (1.9 would be stored as 1)."""
+    try:
+        if isinstance(label, (bool, np.bool_)):
+            raise TypeError
+        return operator.index(label)
+    except TypeError:
+        raise TypeError(f"{where}: label must be an integer (not a bool or a float), received {label!r} "
+                        f"of type {type(label).__name__}") from None
+
+
+def key_bytes(position, key) -> bytes | None:
+    """A key's UTF-8: a key is a str (``key(i)`` gives it back as one); bytes are refused,
+    not guessed at, and so is a str that UTF-8 cannot encode (a lone surrogate), before
+    anything is published."""
+    if key is None:
+        return None
+    if not isinstance(key, str):
+        raise TypeError(f"item {position}: key must be a str (or left out), received {key!r} of type "
+                        f"{type(key).__name__}")
+    try:
+        return key.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(f"item {position}: key {key!r} cannot be stored as UTF-8 ({error.reason} at "
+                         f"character {error.start}); keys must be valid Unicode text") from None
 
 
 def iterable_samples(items):
@@ -169,5 +218,6 @@ def dataset_samples(dataset):
             except Exception as error:
                 skipped.append((i, f"get_sample raised {type(error).__name__}: {error}"))
                 continue
-            yield np.asarray(sample.image, dtype=np.float32), np.asarray(sample.target), int(sample.label), None
+            yield (np.asarray(sample.image, dtype=np.float32), np.asarray(sample.target),
+                   checked_label(f"sample {i}", sample.label), None)
     return stream(), skipped
