@@ -46,6 +46,18 @@ def _stable_name(obj) -> str:
     return f"{getattr(named, '__module__', '?')}.{named.__qualname__}"
 
 
+def _identity(obj) -> str:
+    """What names ``obj`` in a fingerprint: ``obj.fingerprint()`` where its type defines one
+    (a pack names its content, not its path), else its stable name."""
+    if getattr(type(obj), "fingerprint", None) is None:
+        return _stable_name(obj)
+    text = obj.fingerprint()
+    if not isinstance(text, str):
+        raise TypeError(f"{type(obj).__qualname__}.fingerprint() must return a str, received "
+                        f"{type(text).__name__}")
+    return text
+
+
 def _index_bound(sampler) -> Optional[int]:
     """One past the largest dataset index ``sampler`` can produce; None where that is not
     known before it runs (a sampler written in Python)."""
@@ -374,18 +386,22 @@ class DataLoader:
 
     def fingerprint(self) -> str:
         """The pipeline's configuration (sampler, dataset type and size, collator, seed,
-        transform), to refuse resuming into a different one. It does not hash the
-        dataset's contents or a bucketed sampler's lengths. It leaves out what the global
+        transform), to refuse resuming into a different one. It leaves out what the global
         batches do not depend on: rank, world size, workers, prefetch (elastic resume).
 
-        Stable across processes: objects whose ``repr`` shows a memory address are named
-        by module and qualified name instead.
+        The dataset, the augmentation and the transform are named by their own
+        ``fingerprint()`` where their type defines one (a method returning a str): a
+        ``PackedImageDataset`` gives its content (the manifest's SHA-256) and its mean and
+        std, never its path, so the same pack opened anywhere resumes and another pack at
+        the same path is refused. Otherwise by their ``repr``, stable across processes:
+        one that shows a memory address is replaced by module and qualified name. Nothing
+        else hashes a dataset's contents or a bucketed sampler's lengths.
         """
         c = self.collator
-        return (f"{self.sampler!r}|{_stable_name(self.dataset)}[{len(self.dataset)}]|"
+        return (f"{self.sampler!r}|{_identity(self.dataset)}[{len(self.dataset)}]|"
                 f"width_multiple={c.width_multiple},pad_value={c.pad_value!r},"
-                f"augmentation={_stable_name(c.augmentation)}|seed={self.seed}|"
-                f"transform={_stable_name(self.transform)}")
+                f"augmentation={_identity(c.augmentation)}|seed={self.seed}|"
+                f"transform={_identity(self.transform)}")
 
     def __repr__(self):
         return (f"DataLoader(dataset={self.dataset!r}, sampler={self.sampler!r}, collator={self.collator!r}, "

@@ -13,6 +13,7 @@ import json
 import os
 import pickle
 import re
+import shutil
 import subprocess
 import sys
 import types
@@ -22,6 +23,7 @@ import pytest
 
 import onemodel_cy as om
 from onemodel_cy.data import pack as _pack
+from onemodel_cy.data import packed as _packed
 from onemodel_cy.data import packfmt as _packfmt
 from onemodel_cy.data.packfmt import PackError
 
@@ -369,11 +371,52 @@ def test_a_close_that_fails_still_removes_the_partial_folder(tmp_path, monkeypat
 
 
 def test_pickled_dataset_reopens_the_pack(gray_pack):
-    """A pickled PackedImageDataset (a process's copy) maps the same pack again."""
+    """A pickled PackedImageDataset (a process's copy) maps the same pack again: the same
+    content identity (the SHA-256 of manifest.json's bytes) and the same samples."""
     path, _ = gray_pack
     ds = om.PackedImageDataset(path, 0.5, 0.5)
+    with open(os.path.join(path, "manifest.json"), "rb") as f:
+        assert ds.manifest_sha256 == hashlib.sha256(f.read()).hexdigest()
     copy = pickle.loads(pickle.dumps(ds))
     assert copy.path == path and copy.get_sample(2).image.tobytes() == ds.get_sample(2).image.tobytes()
+    assert copy.manifest_sha256 == ds.manifest_sha256 and copy.fingerprint() == ds.fingerprint()
+
+
+def test_a_pickled_pack_refuses_a_pack_replaced_since_it_was_opened(gray_pack):
+    """Issue 22 (1): a pickle names the pack's content, not only its path. Unpickled after a
+    re-pack in place with other samples, it used to open the new pack; now a PackError names
+    the folder and both digests. Re-packed with the same samples (the same bytes), it loads;
+    with the folder gone, the PackError says so."""
+    path, items = gray_pack
+    ds = om.PackedImageDataset(path, 0.5, 0.5)
+    blob = pickle.dumps(ds)
+    om.pack(gray_items(seed=1), path, progress=False, overwrite=True)
+    new = om.PackedImageDataset(path, 0.5, 0.5).manifest_sha256
+    with pytest.raises(PackError, match=re.escape(f"{path} was replaced since it was opened: manifest SHA-256 "
+                                                  f"{new}, expected {ds.manifest_sha256}; open it again")):
+        pickle.loads(blob)
+    om.pack(items, path, progress=False, overwrite=True)
+    assert pickle.loads(blob).get_sample(5).image.tobytes() == ds.get_sample(5).image.tobytes()
+    shutil.rmtree(path)
+    with pytest.raises(PackError, match=re.escape(f"{path} was replaced or removed since it was opened")):
+        pickle.loads(blob)
+    with pytest.raises(TypeError, match="manifest_sha256"):
+        _packed.reopen(path, 0.5, 0.5, "index", None, 1)
+
+
+def test_a_pack_opened_by_a_relative_path_keeps_its_folder_after_chdir(gray_pack, tmp_path, monkeypatch):
+    """Issue 22 (1): the path is made absolute when the pack is opened, so a pickle made after
+    os.chdir (into a folder holding another pack of that name) reopens the folder opened."""
+    path, _ = gray_pack
+    monkeypatch.chdir(os.path.dirname(path))
+    ds = om.PackedImageDataset(os.path.basename(path), 0.5, 0.5)
+    assert ds.path == path
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    om.pack(gray_items(seed=1), str(other / os.path.basename(path)), progress=False)
+    monkeypatch.chdir(other)
+    copy = pickle.loads(pickle.dumps(ds))
+    assert copy.path == path and copy.get_sample(0).image.tobytes() == ds.get_sample(0).image.tobytes()
 
 
 # ---------------------------------------------------------------- refusals, each naming the file

@@ -12,14 +12,20 @@ by every checked route (``load_state_dict`` of a loader or a stream, ``iter(stat
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
+
+import onemodel_cy as om
 
 from harness import _guard  # noqa: F401  (autouse: no worker thread may outlive a test)
 from harness import (PREFETCH, WORKERS, Pipe, assert_meta, assert_no_workers, assert_ranks_compose,
                      assert_same, assert_stream_is_batch_at, drain_ok, examples, pipes)
+from pipeline_parts import PyDataset
 
 
 def through_json(state):
@@ -179,6 +185,67 @@ def test_a_fingerprint_that_names_a_rank_is_another_pipeline():
 
 
 # --------------------------------------------------------------------------- elastic resume
+
+def _gray_pack(path, seed):
+    rng = np.random.default_rng(seed)
+    items = [(rng.integers(0, 256, (3, int(rng.integers(1, 9))), dtype=np.uint8), [i % 5], i) for i in range(12)]
+    om.pack(items, path, progress=False, overwrite=True)
+
+
+def _pack_loader(path, mean=0.5, std=0.25):
+    dataset = om.PackedImageDataset(path, mean, std)
+    return om.DataLoader(dataset, om.ShuffledSampler(len(dataset), 2, 3), om.ImageBatchCollator(), seed=7)
+
+
+@pytest.mark.usefixtures("without_fsync")
+def test_a_pack_is_named_by_its_content_not_its_path(tmp_path, monkeypatch):
+    """Issue 22 (5): the fingerprint names a pack by its content (the manifest's SHA-256) and
+    the mean and std it is served with. It used to hold the path: the same pack opened from a
+    copy, with a trailing slash or by a relative path was refused, another pack of the same
+    count written at the same path accepted. Now the first resume at the right step with the
+    same bytes; another mean, another std, another pack at that path are refused."""
+    path = str(tmp_path / "pack")
+    _gray_pack(path, 1)
+    with _pack_loader(path).iter(5) as stream:
+        state = through_json(stream.state_dict())
+    assert path not in state["fingerprint"]
+    shutil.copytree(path, str(tmp_path / "copy"))
+    monkeypatch.chdir(tmp_path)
+    expected = _pack_loader(path).batch_at(5)
+    for where in (str(tmp_path / "copy"), path + os.sep, "pack", os.path.join("..", tmp_path.name, "copy")):
+        loader = _pack_loader(where)
+        loader.load_state_dict(state)
+        batch = next(iter(loader))
+        assert batch.global_step == 5
+        assert_same(batch, expected, f"resumed on {where}")
+    _pack_loader(path, [0.5], np.float32(0.25)).load_state_dict(state)    # the same constants, as others
+    for mean, std in ((0.4, 0.25), (0.5, 0.5)):
+        with pytest.raises(ValueError, match="different pipeline"):
+            _pack_loader(path, mean, std).load_state_dict(state)
+    _gray_pack(path, 2)         # another pack, the same count, at the same path
+    with pytest.raises(ValueError, match="different pipeline"):
+        _pack_loader(path).load_state_dict(state)
+
+
+class _NamedDataset(PyDataset):
+    def __init__(self, inner, name):
+        super().__init__(inner)
+        self.name = name
+
+    def fingerprint(self):
+        return self.name
+
+
+def test_a_dataset_names_itself_in_the_fingerprint_through_its_fingerprint_method():
+    """Issue 22 (5): a dataset whose type defines fingerprint() is named by what it returns
+    (instead of its repr); one returning something other than a str is a TypeError naming it."""
+    inner = om.SyntheticLineImages(8, 3, 1, 9)
+    sampler, collator = om.SequentialSampler(8, 2), om.ImageBatchCollator()
+    loader = om.DataLoader(_NamedDataset(inner, "lines-v1"), sampler, collator, seed=1)
+    assert "|lines-v1[8]|" in loader.fingerprint()
+    with pytest.raises(TypeError, match=r"_NamedDataset.fingerprint\(\) must return a str, received int"):
+        om.DataLoader(_NamedDataset(inner, 3), sampler, collator, seed=1).fingerprint()
+
 
 def _shares(pipe, world_size, state, stop, workers, prefetch, route):
     """Every rank's batches from ``state`` to ``stop``, through the loader or a stream."""

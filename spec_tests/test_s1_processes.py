@@ -287,6 +287,47 @@ def test_a_pipeline_that_cannot_be_rebuilt_in_a_worker_stops_the_stream_at_its_f
     assert_no_workers("after a worker could not rebuild the pipeline")
 
 
+def _write_gray_pack(path, seed):
+    rng = np.random.default_rng(seed)
+    items = [(rng.integers(0, 256, (3, int(rng.integers(1, 9))), dtype=np.uint8), [i % 5], i) for i in range(12)]
+    om.pack(items, path, progress=False, overwrite=True)
+
+
+@pytest.mark.usefixtures("without_fsync")
+def test_a_pack_repacked_in_place_is_refused_by_process_workers_not_mixed(tmp_path):
+    """Issue 22 (1): a pack re-packed in place (overwrite=True) after it was opened holds
+    other samples at the same path. Workers used to reopen the path and serve them next to
+    the consumer's: now each refuses it (its manifest's SHA-256 is not the one opened), and
+    the stream raises that PackError, naming the folder, after batches all of the first pack."""
+    path = str(tmp_path / "pack")
+    _write_gray_pack(path, 1)
+    dataset = om.PackedImageDataset(path, 0.5, 0.25)
+    _write_gray_pack(path, 2)                         # same count, other pixels
+    loader = _loader(dataset, sampler=om.SequentialSampler(len(dataset), 2))
+    batches, error = drain(loader.iter(0, 2 * loader.steps_per_epoch))
+    assert isinstance(error, om.PackError), repr(error)
+    assert f"{path} was replaced since it was opened" in str(error) and dataset.manifest_sha256 in str(error)
+    assert_stream_is_batch_at(batches, loader, range(len(batches)), "before the refusal")
+    finish(loader, "after a worker refused a replaced pack")
+
+
+@pytest.mark.usefixtures("without_fsync")
+def test_a_pack_opened_by_a_relative_path_is_the_one_workers_read_after_chdir(tmp_path, monkeypatch):
+    """Issue 22 (1): a pack opened by a relative path is resolved when it is opened; after an
+    os.chdir into a folder holding another pack of that name, process workers used to read
+    that one. Now the stream is the thread route's, every batch."""
+    for name, seed in (("one", 1), ("two", 2)):
+        os.mkdir(tmp_path / name)
+        _write_gray_pack(str(tmp_path / name / "pack"), seed)
+    monkeypatch.chdir(tmp_path / "one")
+    dataset = om.PackedImageDataset("pack", 0.5, 0.25)
+    monkeypatch.chdir(tmp_path / "two")
+    loader = _loader(dataset, sampler=om.SequentialSampler(len(dataset), 2))
+    batches = drain_ok(loader.iter(0, 2 * loader.steps_per_epoch))
+    assert_stream_is_batch_at(batches, loader, range(2 * loader.steps_per_epoch), "after chdir")
+    finish(loader)
+
+
 def test_an_unpicklable_dataset_or_transform_is_named():
     """Issue 12: a dataset (or transform) that cannot be pickled is a TypeError when the stream
     starts, naming which part failed and its type; no process is left."""

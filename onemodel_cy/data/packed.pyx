@@ -27,7 +27,7 @@ from onemodel_cy.core.sealed cimport sealed_copy
 from onemodel_cy.data.datasets cimport (PackedImages, PackedSource, Sample, PIXELS_FLOAT32, PIXELS_GRAY8,
                                         PIXELS_RGB8)
 from onemodel_cy.data.image import gray8_to_planar, rgb8_to_planar
-from onemodel_cy.data.packfmt import PackError, load_index, read_manifest
+from onemodel_cy.data.packfmt import PackError, load_index, open_manifest
 
 cnp.import_array()
 
@@ -43,15 +43,18 @@ def planar_constants(mean, std, channels):
     cdef object shape = [1, 1] if channels == 1 else [1, 1, 3]
     probe = np.zeros(shape, dtype=np.uint8)
     (gray8_to_planar if channels == 1 else rgb8_to_planar)(probe, mean, std)    # §6's own checks
-    means = np.asarray(mean, dtype=np.float64).reshape(-1).astype(np.float32)
-    stds = np.asarray(std, dtype=np.float64).reshape(-1).astype(np.float32)
-    means = np.repeat(means, channels) if means.size == 1 else means
-    stds = np.repeat(stds, channels) if stds.size == 1 else stds
+    means, stds = per_channel(mean, channels), per_channel(std, channels)
     out = np.zeros(6, dtype=np.float32)
     for c in range(channels):
         out[c] = np.float32(1.0) / (np.float32(255.0) * stds[c])
         out[3 + c] = means[c] / stds[c]
     return out
+
+
+def per_channel(values, channels):
+    """``values`` (one, or one per channel) rounded to float32, one per channel, as §6 uses them."""
+    out = np.asarray(values, dtype=np.float64).reshape(-1).astype(np.float32)
+    return np.repeat(out, channels) if out.size == 1 else out
 
 
 cdef cnp.ndarray sealed(array, int typenum):
@@ -84,9 +87,19 @@ cdef class PackedImageDataset(PackedSource):
     PackError
         (a ``ValueError``) naming the file, for a missing or truncated array, another
         format version, a SHA-256 mismatch, an image outside the pixels or of width 0.
+
+    Notes
+    -----
+    The pack's identity is its content: ``manifest_sha256``, the SHA-256 of the
+    ``manifest.json`` bytes read on opening (the manifest holds every array's SHA-256).
+    ``path`` is made absolute on opening. A pickled copy (a worker process's) reopens
+    ``path`` and refuses, with a ``PackError``, a pack whose manifest is not that one (a
+    re-pack in place since); :meth:`fingerprint`, what a checkpoint names the dataset by,
+    holds the content and never the path.
     """
     cdef readonly Py_ssize_t count
     cdef readonly str path
+    cdef readonly str manifest_sha256   # the content identity (docs/packed-format.md, "Identity")
     cdef readonly str pixel_kind        # "gray8", "rgb8" or "float32"
     cdef readonly object manifest
     cdef readonly object mean, std, verify
@@ -101,6 +114,10 @@ cdef class PackedImageDataset(PackedSource):
     cdef Py_ssize_t _read_since_release
 
     def __init__(self, path, mean=None, std=None, verify="index", resident_limit=DEFAULT_RESIDENT_LIMIT):
+        self._open(path, mean, std, verify, resident_limit, None)
+
+    cdef _open(self, path, mean, std, verify, resident_limit, str expected):
+        """``__init__``; ``expected`` (unpickling) is the manifest SHA-256 the pack must still have."""
         if self._claimed:
             raise RuntimeError("PackedImageDataset.__init__ was already called on this dataset (workers may "
                                "be reading its storage); open a new one")
@@ -111,8 +128,20 @@ cdef class PackedImageDataset(PackedSource):
         if limit == 0:
             raise ValueError("resident_limit must be a positive number of bytes, or None (never release), "
                              "received 0")
-        folder = os.fspath(path)
-        manifest = read_manifest(folder)
+        # Absolute now: a later os.chdir cannot change which folder a pickled copy reopens
+        # (a symbolic link pointed elsewhere since is refused by the manifest's digest).
+        folder = os.path.abspath(os.fspath(path))
+        try:
+            manifest, digest = open_manifest(folder)
+        except PackError as error:
+            if expected is None:
+                raise
+            raise PackError(f"{folder} was replaced or removed since it was opened (manifest SHA-256 "
+                            f"{expected}): {error}; open it again") from None
+        if expected is not None and digest != expected:
+            # Another pack at the same path: serving it would mix two datasets in one stream.
+            raise PackError(f"{folder} was replaced since it was opened: manifest SHA-256 {digest}, "
+                            f"expected {expected}; open it again")
         kind = manifest["pixels"]
         if kind == "float32" and (mean is not None or std is not None):
             raise ValueError(f"{folder} holds float32 pixels, served as stored: pass neither mean nor std, "
@@ -125,6 +154,7 @@ cdef class PackedImageDataset(PackedSource):
         arrays = load_index(folder, manifest, verify)
         self._install(arrays, convert)
         self.path, self.manifest, self.pixel_kind = folder, manifest, kind
+        self.manifest_sha256 = digest
         self.mean, self.std, self.verify = mean, std, verify
         self.resident_limit = limit
         if limit is not None and limit < cnp.PyArray_NBYTES(self._pixels):
@@ -157,7 +187,20 @@ cdef class PackedImageDataset(PackedSource):
         ready(self)
         if type(self) is not PackedImageDataset:
             raise TypeError(f"{type(self).__name__} must define __reduce__ to be pickled")
-        return (reopen, (self.path, self.mean, self.std, self.verify, self.resident_limit))
+        return (reopen, (self.path, self.mean, self.std, self.verify, self.resident_limit, self.manifest_sha256))
+
+    def fingerprint(self):
+        """What a checkpoint names this dataset by (``DataLoader.fingerprint``): the pack's
+        content (``manifest_sha256``) and what changes the bytes served from it, §6's mean
+        and std per channel rounded to float32 as the conversion uses them (the pixel kind
+        is in the manifest). Never the path: the same pack copied, moved or opened through
+        another path resumes, another pack at the same path is refused."""
+        ready(self)
+        served = "served as stored"
+        if self._kind != PIXELS_FLOAT32:
+            channels = 1 if self._kind == PIXELS_GRAY8 else 3
+            served = f"mean={float32_text(self.mean, channels)}, std={float32_text(self.std, channels)}"
+        return f"PackedImageDataset(manifest_sha256={self.manifest_sha256}, {self.pixel_kind}, {served})"
 
     cdef int pixels_read(self, Py_ssize_t nbytes) except -1:
         # Holding the GIL (the fetch step calls it after each gather): the count is exact.
@@ -281,9 +324,17 @@ cdef int ready(PackedImageDataset dataset) except -1:
     return 0
 
 
-def reopen(path, mean, std, verify, resident_limit=DEFAULT_RESIDENT_LIMIT):
-    """Unpickling: open the pack again (a process maps it itself, sharing its pages)."""
-    return PackedImageDataset(path, mean, std, verify=verify, resident_limit=resident_limit)
+def float32_text(values, channels):
+    return "[" + ", ".join(str(v) for v in per_channel(values, channels)) + "]"
+
+
+def reopen(path, mean, std, verify, resident_limit, str manifest_sha256 not None):
+    """Unpickling: open the pack at ``path`` again (a process maps it itself, sharing its
+    pages), refusing with a ``PackError`` a pack whose manifest SHA-256 is not
+    ``manifest_sha256``: the bytes served are the pickled dataset's, or none."""
+    cdef PackedImageDataset dataset = PackedImageDataset.__new__(PackedImageDataset)
+    dataset._open(path, mean, std, verify, resident_limit, manifest_sha256)
+    return dataset
 
 
 PACKED_GET_SAMPLE = PackedImageDataset.get_sample

@@ -102,14 +102,24 @@ def write_manifest(folder: str, manifest: dict) -> None:
 
 def read_manifest(folder: str) -> dict:
     """The manifest of the pack in ``folder``, its version and fields checked."""
+    return open_manifest(folder)[0]
+
+
+def open_manifest(folder: str) -> tuple[dict, str]:
+    """``(manifest, sha256)``: the manifest of the pack in ``folder``, its version and fields
+    checked, and the SHA-256 of its bytes, the pack's content identity (the manifest records
+    every array's SHA-256, so it names the content, wherever the folder lies). The file is
+    read once and the digest is of the very bytes parsed: a pack replaced between two reads
+    could otherwise pair one pack's digest with another's fields."""
     path = os.path.join(folder, MANIFEST)
     if not os.path.isdir(folder):
         raise PackError(f"{folder}: not a folder; a pack is a folder holding {MANIFEST} and .npy arrays")
     if not os.path.isfile(path):
         raise PackError(f"{path}: missing; {folder} is not a pack, or one whose writing never finished")
     try:
-        with open(path, encoding="utf-8") as f:
-            manifest = json.load(f, parse_int=bounded_int)
+        with open(path, "rb") as f:
+            data = f.read()
+        manifest = json.loads(data.decode("utf-8"), parse_int=bounded_int)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:   # nesting too deep
         raise PackError(f"{path}: not a readable JSON manifest ({error})") from None
     oversized = first_oversized(manifest)
@@ -133,7 +143,7 @@ def read_manifest(folder: str) -> dict:
     present = [name for name in OPTIONAL if name in arrays]
     if len(present) == 1:
         raise PackError(f"{path}: keys and key_offsets come together, received only {present[0]}")
-    return manifest
+    return manifest, hashlib.sha256(data).hexdigest()
 
 
 class OversizedInt:
