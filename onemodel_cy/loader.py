@@ -22,9 +22,9 @@ from onemodel_cy.collate.pacing import Pacing
 from onemodel_cy.collate.pipeline import Pipeline
 from onemodel_cy.core.samplers import Sampler, SequentialSampler, ShuffledSampler
 from onemodel_cy.core.tablesamplers import BucketedSampler, MixingSampler
-from onemodel_cy.core.validate import check_integer
+from onemodel_cy.core.validate import G_END, check_global_step, check_integer, check_seconds
 from onemodel_cy.stream import BatchStream
-from onemodel_cy.workers.protocol import DEFAULT_JOIN_TIMEOUT
+from onemodel_cy.workers.protocol import DEFAULT_JOIN_TIMEOUT, MAX_PREFETCH, MAX_WORKERS
 from onemodel_cy.workers.registry import close_engines
 
 __all__ = ["DataLoader", "threads_available"]
@@ -35,6 +35,29 @@ _MASK64 = (1 << 64) - 1
 def threads_available() -> bool:
     """False where the platform cannot start threads (browser WebAssembly, WASI)."""
     return sys.platform not in ("emscripten", "wasi")
+
+
+class _Setting:
+    """A loader setting that may change between streams, checked by ``check(value, name)``
+    each time it is set (at construction too)."""
+
+    def __init__(self, check):
+        self.check = check
+
+    def __set_name__(self, owner, name):
+        self.name, self.slot = name, "_" + name
+
+    def __get__(self, loader, owner=None):
+        return self if loader is None else getattr(loader, self.slot)
+
+    def __set__(self, loader, value):
+        setattr(loader, self.slot, self.check(value, self.name))
+
+
+def _check_bool(value, name):
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, received {value!r}")
+    return value
 
 
 def _stable_name(obj) -> str:
@@ -157,8 +180,7 @@ class DataLoader:
             raise TypeError(f"transform must be callable as transform(sample, rng) or None, "
                             f"received {type(transform).__name__}")
         seed = check_integer(seed, "seed") & _MASK64     # D3: any integer, mod 2**64
-        self.workers = check_integer(workers, "workers", 0)
-        self.prefetch = check_integer(prefetch, "prefetch", 1)
+        self.workers, self.prefetch = workers, prefetch       # checked by the settings (below)
         self._world_size = check_integer(world_size, "world_size", 1)
         self._rank = check_integer(rank, "rank", 0)
         if self.rank >= self.world_size:
@@ -166,19 +188,7 @@ class DataLoader:
         batch_size = sampler.batch_size
         if batch_size % self.world_size:
             raise ValueError(f"batch_size ({batch_size}) must be divisible by world_size ({self.world_size})")
-        if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool)):
-            raise TypeError(f"timeout must be a number of seconds or None, received {type(timeout).__name__}")
-        if timeout is not None and not 0 < timeout < float("inf"):
-            raise ValueError(f"timeout must be a positive, finite number of seconds, received {timeout!r}")
-        self.timeout = timeout
-        if not isinstance(persistent_workers, bool):
-            raise TypeError(f"persistent_workers must be True or False, received {persistent_workers!r}")
-        self.persistent_workers = persistent_workers
-        if not isinstance(join_timeout, (int, float)) or isinstance(join_timeout, bool):
-            raise TypeError(f"join_timeout must be a number of seconds, received {type(join_timeout).__name__}")
-        if not 0 <= join_timeout < float("inf"):
-            raise ValueError(f"join_timeout must be a finite number of seconds >= 0, received {join_timeout!r}")
-        self.join_timeout = float(join_timeout)
+        self.timeout, self.join_timeout, self.persistent_workers = timeout, join_timeout, persistent_workers
         bound = _index_bound(sampler)
         if bound is not None and bound > len(dataset):
             raise ValueError(f"{sampler!r} can produce dataset indices up to {bound - 1}, past the end of "
@@ -220,7 +230,7 @@ class DataLoader:
 
     def batch_at(self, g: int) -> ImageBatch:
         """Build global step ``g`` on the calling thread (what every stream yields at ``g``)."""
-        g = check_integer(g, "g", 0)
+        g = check_global_step(g, "g")
         return self._pipeline.build(g, self._pipeline.workspace(self.pacing))
 
     # -- streams -------------------------------------------------------------------------
@@ -246,7 +256,7 @@ class DataLoader:
             if start_g != 0:
                 raise TypeError("DataLoader.iter() takes a start step from start_g or from state, not both")
             start_g = self._checked_next_g(state)
-            if stop_g is not None and check_integer(stop_g, "stop_g", 0) < start_g:
+            if stop_g is not None and check_global_step(stop_g, "stop_g", end_ok=True) < start_g:
                 raise ValueError(f"the state's next_g {start_g} lies beyond stop_g {stop_g}")
         return BatchStream(self, start_g, stop_g)
 
@@ -267,7 +277,7 @@ class DataLoader:
 
     def _pass(self, start):
         S = self.steps_per_epoch
-        stream = BatchStream(self, start, (start // S + 1) * S, _epoch_pass=True)
+        stream = BatchStream(self, start, min((start // S + 1) * S, G_END), _epoch_pass=True)
         try:
             for batch in stream:
                 # Before the batch is handed out: a checkpoint taken in the loop body must
@@ -293,6 +303,9 @@ class DataLoader:
         usual ``for epoch in range(start, E): loader.set_epoch(epoch); for batch in loader``
         loop resumes a mid-epoch checkpoint instead of restarting its epoch."""
         epoch = check_integer(epoch, "epoch", 0)
+        if epoch * self.steps_per_epoch >= G_END:
+            raise ValueError(f"epoch {epoch} starts at global step {epoch * self.steps_per_epoch}, past the "
+                             f"last one, 2**63 - 1 (global steps are [0, 2**63))")
         if epoch != self.epoch:
             self._next_g = epoch * self.steps_per_epoch
 
@@ -340,7 +353,7 @@ class DataLoader:
             if saved != current:
                 raise ValueError(f"refusing to resume: the state was saved by a different pipeline\n"
                                  f"  saved:   {saved}\n  current: {current}")
-        return check_integer(state["next_g"], "next_g", 0)
+        return check_global_step(state["next_g"], "next_g", end_ok=True)
 
     def close(self) -> None:
         """End every worker thread of this loader: those kept between passes of
@@ -364,6 +377,14 @@ class DataLoader:
                 pass
 
     # -- workers -----------------------------------------------------------------------------
+    # Settings a stream reads when it starts, changeable between streams: each is checked
+    # whenever it is set, so a value no engine can serve is refused at the assignment.
+
+    workers = _Setting(lambda value, name: check_integer(value, name, 0, MAX_WORKERS))
+    prefetch = _Setting(lambda value, name: check_integer(value, name, 1, MAX_PREFETCH))
+    timeout = _Setting(lambda value, name: check_seconds(value, name, none_ok=True, zero_ok=False))
+    join_timeout = _Setting(lambda value, name: check_seconds(value, name, none_ok=False, zero_ok=True))
+    persistent_workers = _Setting(_check_bool)
 
     WORKER_MODES = ("thread", "process")
 
@@ -402,6 +423,14 @@ class DataLoader:
                 f"width_multiple={c.width_multiple},pad_value={c.pad_value!r},"
                 f"augmentation={_identity(c.augmentation)}|seed={self.seed}|"
                 f"transform={_identity(self.transform)}")
+
+    def __getstate__(self):
+        """A loader pickles (to a process started with spawn or forkserver) without its
+        workers, which belong to this process: the copy starts its own when it first
+        streams. Its position and settings go with it."""
+        state = self.__dict__.copy()
+        state.pop("_idle_engine", None)
+        return state
 
     def __repr__(self):
         return (f"DataLoader(dataset={self.dataset!r}, sampler={self.sampler!r}, collator={self.collator!r}, "

@@ -8,10 +8,11 @@ acquires from the loader when it starts and gives back (parked) or ends when it 
 """
 from __future__ import annotations
 
+import os
 import threading
 from typing import TYPE_CHECKING, Any
 
-from onemodel_cy.core.validate import check_integer
+from onemodel_cy.core.validate import G_END, check_global_step
 from onemodel_cy.workers.registry import acquire_engine, discard_idle_engine, release_engine
 
 if TYPE_CHECKING:
@@ -38,8 +39,10 @@ class BatchStream:
     def __init__(self, loader, start_g: int = 0, stop_g: "int | None" = None, *,
                  _epoch_pass: bool = False) -> None:
         self.loader = loader
-        start = check_integer(start_g, "start_g", 0)
-        stop = None if stop_g is None else check_integer(stop_g, "stop_g", start)
+        start = check_global_step(start_g, "start_g", end_ok=True)
+        stop = None if stop_g is None else check_global_step(stop_g, "stop_g", end_ok=True)
+        if stop is not None and stop < start:
+            raise ValueError(f"stop_g must be >= start_g = {start}, received {stop}")
         self.stop_g = stop
         self._epoch_pass = _epoch_pass    # a pass of `for batch in loader`: prefetch on past its end
         self._engine = None
@@ -47,6 +50,8 @@ class BatchStream:
         self._local = None                # a step the consumer builds itself (a new engine's first)
         self._guard = threading.Lock()    # orders the consumer's taking against a close from elsewhere
         self._taking = False              # the consumer is inside engine.take()
+        self._busy = False                # a thread is inside __next__ (a stream has one consumer)
+        self._pid = os.getpid()           # the process whose engine this is (fork: see _after_fork)
         self._restart(start)
 
     def _restart(self, start):
@@ -90,10 +95,20 @@ class BatchStream:
         return True     # a stream is an object, not a container: `if stream:` must not call len()
 
     def __next__(self) -> "ImageBatch":
+        if self._pid != os.getpid():
+            self._after_fork()
+            if not self._closed:
+                self._restart(self.next_g)
         g = self.next_g
-        if self._closed or (self.stop_g is not None and g >= self.stop_g):
+        if self._closed or g >= (G_END if self.stop_g is None else self.stop_g):
             self.close()
             raise StopIteration
+        with self._guard:
+            if self._busy:      # before the try: the other thread's stream goes on
+                raise RuntimeError(f"BatchStream.__next__ was called from two threads at once (at global "
+                                   f"step {g}); a stream has one consumer: give each thread its own "
+                                   f"stream (loader.iter)")
+            self._busy = True
         try:
             with self._guard:       # against a close() from another thread (see _end)
                 if self._closed:
@@ -115,8 +130,21 @@ class BatchStream:
         except BaseException:
             self._end(failed=True)
             raise
+        finally:
+            self._busy = False
         self.next_g = g + 1
         return batch
+
+    def _after_fork(self):
+        """In a child made by ``fork``, from a parent whose stream this was: its engine
+        belongs to the parent (``registry.py`` made it inert in the child, and a lock of
+        this stream may have been held by a parent's thread that does not exist here). The
+        stream goes on from ``next_g`` with an engine of this process's own, as a stream
+        of this loader started here would (``__next__`` restarts it)."""
+        self._pid = os.getpid()
+        self._guard = threading.Lock()
+        self._taking = self._busy = False
+        self._engine = self._local = None
 
     def close(self) -> None:
         """Stop the stream (idempotent). Its worker threads go back to the loader, parked
@@ -125,6 +153,8 @@ class BatchStream:
         self._end(failed=False)
 
     def _end(self, failed):
+        if self._pid != os.getpid():
+            self._after_fork()
         with self._guard:
             self._closed = True
             engine, self._engine = self._engine, None

@@ -8,6 +8,7 @@ re-exports every name.
 
 from __future__ import annotations
 
+import os
 import random
 import time
 
@@ -73,6 +74,21 @@ class SleepyDataset(PyDataset):
 
     def get_sample(self, index):
         time.sleep(random.Random(self.seed * 1_000_003 + index).random() * 0.003)
+        return self.inner.get_sample(index)
+
+
+class GatedDataset(PyDataset):
+    """Reads of indices >= ``from_index`` wait (up to 30 s) until the file ``gate`` exists: a
+    consumer stays inside ``next()`` while a test acts (threads and processes alike)."""
+
+    def __init__(self, inner, gate, from_index):
+        super().__init__(inner)
+        self.gate, self.from_index = gate, from_index
+
+    def get_sample(self, index):
+        deadline = time.monotonic() + 30
+        while index >= self.from_index and not os.path.exists(self.gate) and time.monotonic() < deadline:
+            time.sleep(0.005)
         return self.inner.get_sample(index)
 
 

@@ -300,8 +300,10 @@ cdef class PoolWindow:
     worker, the consumer's). ``fit(nbytes)``, called with each batch's size by the thread
     that built it, has the pool hold ``count`` blocks of the largest size seen so far;
     smaller batches borrow those blocks, so steady state never misses, whatever the
-    widths. Reserving is only a head start: when the pool cannot (``max_bytes``, memory),
-    ``rent`` allocates what it must.
+    widths. The blocks are reserved as the stream reaches them: one more than the batches
+    built so far, up to ``count``, so a deep window over a short stream holds blocks for
+    the batches it builds, not for its depth. Reserving is only a head start: when the
+    pool cannot (``max_bytes``, memory), ``rent`` allocates what it must.
 
     Parameters
     ----------
@@ -312,6 +314,7 @@ cdef class PoolWindow:
     cdef readonly BufferPool pool
     cdef readonly Py_ssize_t count
     cdef readonly size_t reserved       # the largest batch size the window is held at
+    cdef readonly Py_ssize_t fitted     # batches fitted so far, counted up to ``count``
     cdef cython.pymutex _mutex
     cdef bint _claimed
 
@@ -323,6 +326,7 @@ cdef class PoolWindow:
         self.pool = pool
         self.count = as_size(count, "count")
         self.reserved = 0
+        self.fitted = 0
 
     def __reduce__(self):
         raise TypeError("a PoolWindow belongs to one stream of one process and cannot be pickled")
@@ -339,10 +343,16 @@ cdef class PoolWindow:
     def fit(self, nbytes):
         """Hold the window at ``nbytes`` if that is the largest batch size seen."""
         cdef size_t size = as_size(nbytes, "nbytes")
-        if size <= self.reserved:        # the steady state: no lock taken
+        cdef Py_ssize_t wanted
+        if size <= self.reserved and self.fitted == self.count:    # the steady state: no lock taken
             return
+        with self._mutex:
+            if self.fitted < self.count:
+                self.fitted += 1
+            wanted = min(self.fitted + 1, self.count)
+            size = max(size, self.reserved)
         try:
-            self.pool.reserve(size, self.count)
+            self.pool.reserve(size, wanted)
         except MemoryError:
             pass                         # only a head start: rent allocates what it must
         with self._mutex:

@@ -46,6 +46,12 @@ cdef class Pacing:
         """True while some thread holds the baton."""
         return self.baton != 0
 
+    def forsake_holder(self):
+        """(After fork, in the child.) A baton held by one of the parent's threads, which do
+        not exist here, is free: else each worker of the child would wait ``wait_ns`` for
+        it at every Python stage."""
+        self.baton = 0
+
     def __repr__(self):
         return f"Pacing(enabled={self.enabled}, wait_ns={self.wait_ns}, stage_parts={self.stage_parts})"
 

@@ -22,9 +22,11 @@ cdef object SSIZE_MAX = (<object>1 << (8 * sizeof(Py_ssize_t) - 1)) - 1   # a Py
 
 
 cdef object as_index(object value, str name):
-    """``value`` as a Python int; a bool is not taken for a number (as in the oracle)."""
+    """``value`` as a Python int; a bool, Python's or numpy's, is not taken for a number (as
+    in the oracle). numpy before 2.x still answers ``operator.index(np.False_)`` (with a
+    DeprecationWarning), so ``np.bool_`` is refused by name, on every numpy alike."""
     try:
-        if isinstance(value, bool):
+        if isinstance(value, (bool, np.bool_)):
             raise TypeError
         return operator.index(value)
     except TypeError:
@@ -150,6 +152,41 @@ def check_integer(value, name, minimum=None, maximum=None):
         high = "inf" if maximum is None else maximum
         raise ValueError(f"{name} must be an integer in [{low}, {high}], received {v}")
     return v
+
+
+# Global steps are the integers [0, 2**63): a signed 64-bit count, as in every port, and
+# what the process engine's task board and the lane's C slots hold. A stream ends at G_END.
+G_END = 1 << 63
+
+# The longest wait a DataLoader accepts (timeout, join_timeout), about 31.7 years: every
+# clock a wait reaches (threading's, poll's milliseconds, the lane's nanoseconds since
+# boot) holds it. Longer is a mistake for "for ever", which is timeout=None.
+LONGEST_WAIT = 1e9
+
+
+def check_global_step(value, name, end_ok=False):
+    """``value`` as a global step: an int in ``[0, 2**63)``, or ``[0, 2**63]`` with
+    ``end_ok`` (a stream's stop, or the position of a stream that reached the end)."""
+    v = as_index(value, name)
+    if v < 0 or v > G_END or (v == G_END and not end_ok):
+        raise ValueError(f"{name} must be an integer in [0, 2**63{']' if end_ok else ')'} (a global step), "
+                         f"received {v}")
+    return v
+
+
+def check_seconds(value, name, none_ok, zero_ok):
+    """``value`` as a float of seconds: a finite number up to ``LONGEST_WAIT``, positive
+    (or >= 0 with ``zero_ok``); None passes with ``none_ok`` (no limit)."""
+    if value is None and none_ok:
+        return None
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise TypeError(f"{name} must be a number of seconds{' or None' if none_ok else ''}, "
+                        f"received {type(value).__name__}")
+    low = "0 <=" if zero_ok else "0 <"
+    if not ((0 <= value) if zero_ok else (0 < value)) or not value <= LONGEST_WAIT:
+        raise ValueError(f"{name} must be a number of seconds with {low} {name} <= 1e9 (about 31 years)"
+                         f"{'; None waits as long as a worker lives' if none_ok else ''}, received {value!r}")
+    return float(value)
 
 
 def note_exception(error, note):

@@ -112,6 +112,12 @@ cdef class _Lane:
             raise MemoryError("cannot create the lane's mutex and conditions")
         self.ready = True
 
+    def forsake(self):
+        """(After fork, in the child.) The mutex may be locked and the conditions waited on
+        by threads that do not exist here; glibc's pthread_cond_destroy would wait for
+        those waiters for ever: the three are never destroyed (a few bytes, once)."""
+        self.ready = False
+
     def __dealloc__(self):
         # Only once no worker runs (the engine joins them, and they hold this object).
         if self.ready:
@@ -277,9 +283,9 @@ cdef class LaneEngine:
     pipeline (what the posted fills read) strongly.
     """
     cdef readonly Py_ssize_t workers, prefetch
-    cdef readonly bint persistent, closed
+    cdef readonly bint persistent, closed, forsaken
     cdef readonly list threads
-    cdef readonly object owner, pool_window, lock
+    cdef readonly object owner, pool_window, lock, pacing
     cdef readonly Pipeline pipeline
     cdef readonly StepWindow window
     cdef readonly double join_timeout
@@ -303,7 +309,10 @@ cdef class LaneEngine:
         self.lane = _Lane(self.prefetch)
         self.batches = [None] * self.prefetch
         self.steps = [-1] * self.prefetch
-        self.workspaces = [self.pipeline.workspace(loader.pacing) for _ in range(self.prefetch)]
+        # A slot's workspace is made when a step is first posted to it: a deep window over a
+        # short stream allocates none for the steps it never reaches.
+        self.pacing = loader.pacing
+        self.workspaces = [None] * self.prefetch
         self.errors = {}
         self.window = StepWindow(self.prefetch, start, limit, True)    # the consumer builds `start`
         self.pool_window = PoolWindow.for_stream(self.pipeline.collator.pool, self.prefetch, workers)
@@ -344,6 +353,8 @@ cdef class LaneEngine:
         preparation raises, is built whole here (its exception is then the one every
         route raises), and kept for its turn."""
         cdef Py_ssize_t k = g % self.prefetch
+        if self.workspaces[k] is None:
+            self.workspaces[k] = self.pipeline.workspace(self.pacing)
         cdef Workspace ws = self.workspaces[k]
         cdef LaneSlot* slot = &self.lane.slots[k]
         cdef bint baton = False
@@ -422,7 +433,8 @@ cdef class LaneEngine:
         workspace are free again."""
         cdef bint baton = False
         batch, self.batches[k], self.steps[k] = self.batches[k], None, -1
-        (<Workspace>self.workspaces[k]).let_go(self.lane.slots[k].prepared.n, &baton)
+        if self.workspaces[k] is not None:
+            (<Workspace>self.workspaces[k]).let_go(self.lane.slots[k].prepared.n, &baton)
         self.lane.slots[k].prepared.n = 0
         self.lane.release(k)
         return batch
@@ -448,6 +460,8 @@ cdef class LaneEngine:
                 self.dispatch()
 
     def fits(self, loader, workers):
+        if self.forsaken:
+            return False
         with self._state:
             return (not self.closed and loader.worker_mode == "thread" and loader._pipeline is self.pipeline
                     and self.pipeline.splits() and workers == self.workers == self.lane.alive
@@ -483,9 +497,18 @@ cdef class LaneEngine:
     def signal_close(self):
         """Mark closed and wake every waiter (workers end, a waiting consumer stops). The
         ring's batches are closed by ``shutdown``, once no worker writes them."""
+        if self.forsaken:
+            return
         self.closed = True
         with nogil:
             self.lane.close()
+
+    def forsake(self):
+        """(After fork, in the child: see ``protocol.Engine.forsake``.) No worker runs here,
+        and the lane's mutex and conditions may be held or waited on by threads of the
+        parent: they are left as they are, never locked or destroyed (``_Lane.forsake``)."""
+        self.forsaken = self.closed = True
+        self.lane.forsake()
 
     def shutdown(self):
         """End the workers: wake them, join them (a fill takes microseconds to
@@ -493,6 +516,8 @@ cdef class LaneEngine:
         for the first to finish. A worker still filling after ``join_timeout`` (a pack's
         pages read from slow storage) gets a ``StuckWorkerWarning``, and the ring's
         batches stay with the engine, which its thread holds, until the fill ends."""
+        if self.forsaken:
+            return
         with self.lock:
             first, self.shut = not self.shut, True
         if sys.is_finalizing():

@@ -12,6 +12,8 @@ import os
 import pickle
 import socket
 import struct
+import sys
+import threading
 
 from onemodel_cy.workers import process_main
 
@@ -34,6 +36,30 @@ def context():
     if getattr(forkserver._forkserver, "_forkserver_pid", None) is None:     # not started yet
         ctx.set_forkserver_preload(_PRELOAD)
     return ctx
+
+
+def _forget_the_parents_forkserver():
+    """(After fork, in the child.) multiprocessing's forkserver is the parent's child, not
+    this process's: the next worker started here would ``waitpid`` it and fail
+    (ChildProcessError). The child lets go of it (closing its copy of the pipe that keeps
+    the parent's server alive) and starts a server of its own when it first needs one,
+    as a process that never had one does. Its lock may have been held by a parent's thread."""
+    forkserver = sys.modules.get("multiprocessing.forkserver")
+    server = getattr(forkserver, "_forkserver", None)
+    if server is None or getattr(server, "_forkserver_pid", None) is None:
+        return
+    alive = server._forkserver_alive_fd
+    server._forkserver_pid = server._forkserver_address = server._forkserver_alive_fd = None
+    server._lock = threading.Lock()
+    if alive is not None:
+        try:
+            os.close(alive)
+        except OSError:
+            pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_the_parents_forkserver)
 
 
 class Worker:

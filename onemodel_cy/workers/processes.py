@@ -35,6 +35,7 @@ shared memory has no name, so nothing is left in ``/dev/shm``.
 """
 from __future__ import annotations
 
+import multiprocessing.process
 import os
 import pickle
 import select
@@ -51,6 +52,7 @@ from onemodel_cy.workers.window import StepWindow
 __all__ = ["ProcessEngine", "pickled_pipeline"]
 
 _STOP_WAIT = 2.0        # seconds a stopping worker may take to finish its build, then SIGTERM
+_LONGEST_POLL_MS = 2**31 - 1     # poll() takes a C int of milliseconds: a longer wait polls again
 
 
 def pickled_pipeline(pipeline) -> bytes:
@@ -100,7 +102,7 @@ class ProcessEngine:
         self.lock = threading.Lock()             # makes shutdown idempotent across threads
         self._state = threading.RLock()          # everything below
         self._wake_r, self._wake_w = os.pipe()   # lets another thread's close wake a waiting consumer
-        self.closed = False
+        self.closed = self.forsaken = False
         self.window = StepWindow(self.prefetch, start, limit, True)    # the consumer builds `start`
         self.ring = ShmRing()
         self.versions = []                       # slot -> segment version (0: no segment yet)
@@ -304,10 +306,10 @@ class ProcessEngine:
         """Wait for messages (or deaths) of the workers, and handle them; False on timeout.
         One ``poll`` on descriptors registered once per engine (a selector built per wait
         cost more than the poll itself)."""
-        left = None if deadline is None else max(0.0, deadline - time.monotonic()) * 1000
+        left = None if deadline is None else min(max(0.0, deadline - time.monotonic()) * 1000, _LONGEST_POLL_MS)
         events = self._poller.poll(left)
-        if not events:
-            return False
+        if not events:      # (a wait longer than poll's range is not over yet: True, to wait again)
+            return deadline is not None and time.monotonic() < deadline
         exited = []
         for fd, _ in events:
             worker, what = self._watched.get(fd, (None, None))    # (None: the wake-up pipe)
@@ -369,8 +371,8 @@ class ProcessEngine:
                 self._dispatch()
 
     def fits(self, loader, workers):
-        return (not self.closed and loader.worker_mode == "process" and loader._pipeline is self.pipeline
-                and workers == self.workers and loader.prefetch == self.prefetch
+        return (not self.closed and not self.forsaken and loader.worker_mode == "process"
+                and loader._pipeline is self.pipeline and workers == self.workers and loader.prefetch == self.prefetch
                 and all(w.alive for w in self.pool))
 
     def reposition(self, start, limit):
@@ -410,8 +412,25 @@ class ProcessEngine:
         """Interpreter exit: end the workers now."""
         self.shutdown()
 
+    def forsake(self):
+        """(After fork, in the child: see ``protocol.Engine.forsake``.) The workers are the
+        parent's: nothing is sent to them and the board is left as it is. The child closes
+        its copies of their sockets (a worker ends when its consumer's end closes, which it
+        must still see when the parent dies) and of the pipes, and takes the processes out
+        of multiprocessing's children, whose exit handler would terminate them. Batches the
+        child holds stay mapped: they are the parent's shared memory (docs/workers.md)."""
+        self.forsaken = self.closed = True
+        children = getattr(multiprocessing.process, "_children", set())
+        for worker in self.pool:
+            worker.close()
+            children.discard(worker.process)
+        for end in (self._wake_r, self._wake_w, self._doorbell_r, self._doorbell_w):
+            os.close(end)
+
     def shutdown(self):
         """End every worker: ask, wait a bounded time, then terminate (idempotent)."""
+        if self.forsaken:
+            return
         with self.lock:
             if self.closed:
                 return
@@ -433,7 +452,7 @@ class ProcessEngine:
             for worker in self.pool:
                 worker.end()
                 worker.close()
-            self.ring.close_fds()       # mappings stay for the batches the user still holds
+            self.ring.close()           # only the slots of batches the user still holds stay mapped
             self.board.close_fd()
             self.results.clear()
             for end in (self._wake_r, self._wake_w, self._doorbell_r, self._doorbell_w):

@@ -23,10 +23,16 @@ if TYPE_CHECKING:
     from onemodel_cy.collate.pipeline import Pipeline
     from onemodel_cy.workers.window import StepWindow
 
-__all__ = ["Engine", "StuckWorkerWarning", "DEFAULT_JOIN_TIMEOUT"]
+__all__ = ["Engine", "StuckWorkerWarning", "DEFAULT_JOIN_TIMEOUT", "MAX_WORKERS", "MAX_PREFETCH"]
 
 DEFAULT_JOIN_TIMEOUT = 10.0  # seconds, in all, to wait for workers finishing the batches they build
                              # (DataLoader's join_timeout)
+# The largest worker count and window a DataLoader takes. Far past any use (each step of the
+# window is a whole batch held in memory), and what the process engine's task board holds
+# (prefetch + 2 * workers entries, at most 65,536); refused when the loader is made, not
+# when a stream first needs the memory.
+MAX_WORKERS = 1024
+MAX_PREFETCH = 4096
 
 
 class StuckWorkerWarning(UserWarning):
@@ -51,6 +57,7 @@ class Engine(Protocol):
     pipeline: "Pipeline"
     window: "StepWindow"
     threads: list           # its worker threads or processes (for repr and the tests)
+    forsaken: bool          # in a child made by fork: the engine is the parent's (forsake)
 
     def fits(self, loader: Any, workers: int) -> bool:
         """Whether it can serve ``loader``'s next stream with ``workers`` workers: the
@@ -76,4 +83,12 @@ class Engine(Protocol):
         """Mark closed and wake every waiter, without waiting (interpreter exit)."""
 
     def shutdown(self) -> None:
-        """End the workers and wait for them a bounded time (idempotent)."""
+        """End the workers and wait for them a bounded time (idempotent). Does nothing
+        once forsaken."""
+
+    def forsake(self) -> None:
+        """(In a child made by ``fork``, on its only thread, before anything else runs.)
+        The engine belongs to the parent, whose workers it shares: mark it closed and let
+        go of this process's copies of what the parent's workers watch, without a lock
+        (one may be held by a thread that does not exist here) and without a word to the
+        workers. From then on ``fits`` is False and ``shutdown`` does nothing."""

@@ -6,10 +6,18 @@ in ``loader._idle_engine`` with whatever it built for the stream's next steps; t
 stream adopts it (``acquire_engine``), repositioned when it starts elsewhere. A stream
 that ends in an error ends its engine. ``loader.close()`` (``close_engines``), collecting
 the loader, and interpreter exit end them all.
+
+Fork: an engine belongs to the process that made it. In a child made by ``os.fork`` (or
+multiprocessing's "fork" start method) every live engine is forsaken at once
+(``os.register_at_fork``): it is closed without a word to the parent's workers, and the
+child's exit, its garbage collection or its ``loader.close()`` touch nothing of the
+parent's. A stream or loader used in the child starts workers of the child's own
+(``BatchStream._after_fork``); batches are the same by §1.
 """
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 import weakref
 
@@ -25,6 +33,25 @@ _handover = threading.Lock()     # guards every loader's ``_idle_engine``
 def _close_all_engines():
     for engine in list(_live_engines):
         engine.signal_close()
+
+
+def _forsake_in_child():
+    """(After fork, in the child.) Every engine so far is the parent's; the hand-over lock,
+    and a loader's Python-stage baton, may have been held by one of the parent's threads,
+    which do not exist here."""
+    global _live_engines, _handover
+    engines, _live_engines = list(_live_engines), weakref.WeakSet()
+    _handover = threading.Lock()
+    for engine in engines:      # first, each of them: nothing below may leave one live
+        engine.forsake()
+    for engine in engines:
+        loader = engine.owner()
+        if loader is not None:
+            loader.pacing.forsake_holder()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forsake_in_child)
 
 
 def engine_class(loader):

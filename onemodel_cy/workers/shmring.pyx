@@ -157,11 +157,14 @@ cdef class ShmRing(BufferPool):
     cdef RawBlock** headers     # slot -> its block header (size_class holds the slot number)
     cdef Py_ssize_t count, room
     cdef readonly list free     # free slots, most recently freed last
+    cdef list held              # slot -> a batch (its block) lives in it
+    cdef readonly bint closed   # the engine ended: a slot is unmapped once no batch holds it
     cdef readonly Py_ssize_t delivered
 
     def __cinit__(self):
         self.segments = []
         self.free = []
+        self.held = []
         self.headers = NULL
         self.count = self.room = 0
 
@@ -189,6 +192,7 @@ cdef class ShmRing(BufferPool):
         header.size_class = <int>self.count
         self.headers[self.count] = header
         self.segments.append(None)
+        self.held.append(False)
         self.count += 1
         return self.count - 1
 
@@ -207,11 +211,18 @@ cdef class ShmRing(BufferPool):
         """A slot a worker filled that became no batch (a stale or failed build)."""
         self.free.append(slot)
 
-    def close_fds(self):
-        """Close every segment's descriptor (the mappings stay, for the batches still held)."""
-        for segment in self.segments:
+    def close(self):
+        """The engine ended: close every segment's descriptor and unmap every slot no batch
+        holds; a slot a batch holds is unmapped when that batch dies. So a batch kept past
+        the end keeps its own slot mapped, not the ring."""
+        cdef Py_ssize_t k
+        self.closed = True
+        for k in range(self.count):
+            segment = self.segments[k]
             if segment is not None:
                 segment.close_fd()
+                if not self.held[k]:
+                    self.segments[k] = None
 
     def batch(self, slot, n, channels, height, padded, total_targets, epoch, step, global_step):
         """The ImageBatch a worker built into ``slot``, as views of its segment; refuses a
@@ -229,6 +240,7 @@ cdef class ShmRing(BufferPool):
         block.pool = self
         block.nbytes = layout.nbytes
         block.data = segment.addr
+        self.held[k] = True
         block.raw = self.headers[k]      # last: from here on, the block's death frees the slot
         self.delivered += 1
         return batch_in_block(block, &layout, epoch, step, global_step)
@@ -237,7 +249,12 @@ cdef class ShmRing(BufferPool):
         raise TypeError("a ShmRing hands out only the batches workers built (ShmRing.batch)")
 
     cdef void give_back(self, RawBlock* raw) noexcept:
-        self.free.append(raw.size_class)
+        cdef Py_ssize_t k = raw.size_class
+        self.held[k] = False
+        if self.closed:
+            self.segments[k] = None     # its last batch is gone: unmapped
+        else:
+            self.free.append(k)
 
     def __repr__(self):
         return f"ShmRing(slots={self.count}, free={len(self.free)})"

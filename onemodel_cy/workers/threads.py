@@ -71,7 +71,7 @@ class ThreadEngine:
         self.errors = [None] * self.prefetch
         self.window = StepWindow(self.prefetch, start, limit, True)    # the consumer builds `start`
         self.generation = 0           # bumped by _empty: builds of an older one are discarded
-        self.closed = False
+        self.closed = self.forsaken = False
         self.alive = workers
         self.waiting = 0              # workers waiting in claim for room (idle() counts them)
         self.join_timeout = loader.join_timeout
@@ -188,6 +188,8 @@ class ThreadEngine:
                 self.room.notify()
 
     def fits(self, loader, workers):
+        if self.forsaken:
+            return False
         with self.lock:
             return (not self.closed and loader.worker_mode == "thread" and loader._pipeline is self.pipeline
                     and self.alive == workers == self.workers and loader.prefetch == self.prefetch)
@@ -235,12 +237,20 @@ class ThreadEngine:
         return stale
 
     def signal_close(self):
-        _close_all(self._close())
+        if not self.forsaken:
+            _close_all(self._close())
+
+    def forsake(self):
+        """(After fork, in the child: see ``protocol.Engine.forsake``.) No thread of it runs
+        here; its ring's batches are this process's copies, left to the collector."""
+        self.forsaken = self.closed = True
 
     def shutdown(self):
         """End the threads: wake them, then join them (a build in progress runs to its end).
         Called on one of its own workers (a loader's __del__), it only wakes them: that
         worker may hold the lock the others need to end."""
+        if self.forsaken:
+            return
         self.signal_close()
         current = threading.current_thread()
         if current in self.threads or sys.is_finalizing():

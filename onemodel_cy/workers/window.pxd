@@ -2,7 +2,7 @@
 
 cdef class StepWindow:
     cdef readonly object prefetch
-    # Python integers (None: none): a global step may be any integer >= 0, 2**63 and past.
+    # Python integers (None: none); global steps lie in [0, 2**63).
     cdef object _next_take, _next_out, _local, _limit, _failed_at
 
     cpdef object end(self)

@@ -7,8 +7,9 @@ waiter wakes). The window is the range of global steps ``[next_take, end())``:
 * ``next_take``: the step the consumer takes next; ``next_out``: the next step to hand
   to a worker. Steps are handed out in order, at most ``prefetch`` ahead of
   ``next_take``, so step ``g`` can own ring slot ``g % prefetch``.
-* ``limit``: hand out nothing at or past it (None: endless), the stream's ``stop_g``
-  or, once a stream parked, where it stopped handing out.
+* ``limit``: hand out nothing at or past it (None: endless, up to the last global step,
+  ``2**63 - 1``), the stream's ``stop_g`` or, once a stream parked, where it stopped
+  handing out.
 * ``failed_at``: the lowest step whose build raised; nothing past it is handed out, so
   the stream ends at that step with its error.
 * ``local``: a step claimed for the consumer to build itself (the first step of a new
@@ -19,12 +20,13 @@ kept engine. When the window must move elsewhere, they call the engine's ``drop(
 which empties the engine's own ring and then calls ``moved(start)``. Not thread-safe:
 each engine calls it under its own lock.
 """
+from onemodel_cy.core.validate import G_END as _G_END     # (private here: the stub lists the API)
 
 
 cdef class StepWindow:
     """The window of an engine serving steps from ``start``; ``local_first``: the consumer
     builds ``start`` itself (a new engine, whose workers are not running yet). Its steps
-    are Python integers, exact at any size (the loader accepts any ``g >= 0``)."""
+    are Python integers; none at or past ``G_END`` (2**63) is handed out."""
 
     def __init__(self, prefetch, start, limit, local_first):
         if prefetch < 1 or start < 0:
@@ -63,7 +65,7 @@ cdef class StepWindow:
 
     cpdef object end(self):
         """One past the last step that may be handed out now."""
-        end = self._next_take + self.prefetch
+        end = min(self._next_take + self.prefetch, _G_END)
         if self._limit is not None and self._limit < end:
             end = self._limit
         if self._failed_at is not None and self._failed_at + 1 < end:
