@@ -1,15 +1,20 @@
-"""Train a small CRNN with CTC on SyntheticTextLines, on the CPU, and resume it bit for bit.
+"""Train a small CRNN with CTC on the CPU, from built-in lines or from packs, and resume it bit for bit.
 
     python examples/train_ctc_torch.py                       # train, report the held-out CER
     python examples/train_ctc_torch.py --steps 600 --stop-at 300 --checkpoint run.pt
     python examples/train_ctc_torch.py --steps 600 --resume run.pt      # a new process goes on
+    python examples/train_ctc_torch.py --train-pack train.pack --test-pack test.pack
 
-The data come from ``onemodel_cy.DataLoader`` with worker threads: lines of 1 to 5 digits
-(``SyntheticTextLines``, 20 pixels high), shuffled, padded to a width multiple of 4. The
-model is three conv blocks, a bidirectional GRU and a linear layer over 11 classes (the CTC
-blank and ten digits), trained with ``torch.nn.CTCLoss`` and Adam. Every ``--eval-every``
-steps, and at the end, it decodes a held-out set (another seed of the dataset) greedily and
-prints the character error rate (edit distance / target characters).
+The data come from ``onemodel_cy.DataLoader`` with worker threads, shuffled, padded to a
+width multiple of 4: by default lines of 1 to 5 digits (``SyntheticTextLines``, 20 pixels
+high); with ``--train-pack`` (and ``--test-pack``) the lines of packs written by
+``onemodel-cy pack`` (the test pack with ``--vocabulary-from`` the train pack, so that both
+give a symbol the same id; a pack of 8-bit pixels is read with §6 ``--mean`` and ``--std``).
+The model is three conv blocks, a bidirectional GRU and a linear layer over the classes of
+the dataset's ``vocabulary`` (the CTC blank first, then the symbols), trained with
+``torch.nn.CTCLoss`` and Adam. Every ``--eval-every`` steps, and at the end, it decodes a
+held-out set (another seed of the built-in dataset, or the test pack) greedily and prints
+the character error rate (edit distance / target characters) and one decoded line.
 
 A checkpoint (``torch.save``) holds the model, the optimizer, the learning-rate schedule
 and the loader's resume state. Because batch ``g`` is a pure function of ``(seed, g)``
@@ -43,6 +48,33 @@ def make_dataset(count, seed):
                                  num_symbols=NUM_SYMBOLS, scale=SCALE, noise=NOISE, seed=seed)
 
 
+def open_pack(path, mean, std):
+    """A pack written from text, at one height (as ``onemodel-cy pack`` writes them)."""
+    from onemodel_cy.data.packfmt import read_manifest
+    float32 = read_manifest(path)["pixels"] == "float32"      # served as stored: no §6 constants
+    dataset = om.PackedImageDataset(path, None if float32 else mean, None if float32 else std)
+    if dataset.vocabulary is None:
+        raise SystemExit(f"{path}: this pack has no vocabulary (it was not written from text)")
+    if len(set(dataset.shapes[:, 1].tolist())) != 1:
+        raise SystemExit(f"{path}: its lines have several heights; write it with onemodel-cy pack --height")
+    return dataset
+
+
+def make_datasets(args):
+    """The training and held-out datasets, and their (channels, height)."""
+    if args.train_pack is None:
+        return make_dataset(args.train_size, args.seed), make_dataset(args.eval_size, args.seed + 1), (1, HEIGHT)
+    train = open_pack(args.train_pack, args.mean, args.std)
+    held_out = train if args.test_pack is None else open_pack(args.test_pack, args.mean, args.std)
+    if held_out.vocabulary != train.vocabulary:
+        raise SystemExit(f"{args.test_pack} and {args.train_pack} give symbols different ids; write the test "
+                         f"pack with onemodel-cy pack ... --vocabulary-from {args.train_pack}")
+    if held_out.shapes[0, :2].tolist() != train.shapes[0, :2].tolist():
+        raise SystemExit(f"{args.test_pack}: lines of {held_out.shapes[0, :2].tolist()} (channels, height), "
+                         f"the train pack's are {train.shapes[0, :2].tolist()}")
+    return train, held_out, tuple(train.shapes[0, :2].tolist())
+
+
 def make_loader(dataset, batch_size, seed, workers, shuffle=True):
     sampler = (om.ShuffledSampler(len(dataset), batch_size, seed=seed) if shuffle
                else om.SequentialSampler(len(dataset), batch_size, drop_last=False))
@@ -50,10 +82,8 @@ def make_loader(dataset, batch_size, seed, workers, shuffle=True):
     return om.DataLoader(dataset, sampler, collator, seed=seed, workers=workers, prefetch=4)
 
 
-# The loader's resume state lives in these two functions. Today it is the stream's own
-# state_dict() (next global step + pipeline fingerprint) and loader.iter(start_g=...);
-# with loader.state_dict()/load_state_dict() (issue 10 item 3) they become
-# `return loader.state_dict()` and `loader.load_state_dict(state)`.
+# The loader's resume state: the stream's state_dict() (the next global step and the
+# pipeline's fingerprint), resumed with loader.iter(state=...), which checks the pipeline.
 def loader_state(stream):
     """What a checkpoint keeps of the loader: the next global step and the pipeline's fingerprint."""
     return stream.state_dict()
@@ -72,13 +102,13 @@ def resume_stream(loader, state, stop_g):
 class CRNN(nn.Module):
     """Three conv blocks (the width shrinks 4x), a bidirectional GRU, per-frame logits."""
 
-    def __init__(self, classes, channels=(16, 32, 64), hidden=64):
+    def __init__(self, classes, in_channels=1, height=HEIGHT, channels=(16, 32, 64), hidden=64):
         super().__init__()
         c1, c2, c3 = channels
         self.features = nn.Sequential(
-            nn.Conv2d(1, c1, 3, padding=1), nn.BatchNorm2d(c1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(in_channels, c1, 3, padding=1), nn.BatchNorm2d(c1), nn.ReLU(), nn.MaxPool2d(2),
             nn.Conv2d(c1, c2, 3, padding=1), nn.BatchNorm2d(c2), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(c2, c3, 3, padding=1), nn.BatchNorm2d(c3), nn.ReLU(), nn.MaxPool2d((HEIGHT // 4, 1)))
+            nn.Conv2d(c2, c3, 3, padding=1), nn.BatchNorm2d(c3), nn.ReLU(), nn.MaxPool2d((height // 4, 1)))
         self.rnn = nn.GRU(c3, hidden, batch_first=True, bidirectional=True)
         self.head = nn.Linear(2 * hidden, classes)
 
@@ -122,9 +152,11 @@ def edit_distance(a, b):
 
 
 def character_error_rate(model, loader):
-    """Held-out CER: total edit distance over total target characters."""
+    """Held-out CER: total edit distance over total target characters; and the first line
+    as ``(truth, prediction)`` text (the dataset's ``decode``)."""
     model.eval()
     errors = total = 0
+    example = None
     with torch.no_grad(), loader.iter(0, len(loader)) as stream:
         for batch in stream:
             with batch:
@@ -136,8 +168,10 @@ def character_error_rate(model, loader):
                     truth = targets[offsets[k]:offsets[k + 1]].tolist()
                     errors += edit_distance(seq, truth)
                     total += len(truth)
+                    if example is None:
+                        example = loader.dataset.decode(truth), loader.dataset.decode(seq)
     model.train()
-    return errors / total
+    return errors / total, example
 
 
 # -- training ---------------------------------------------------------------------------
@@ -160,9 +194,16 @@ def parse_args(argv):
     p.add_argument("--zero-images", action="store_true",
                    help="train on blank images (a control: the CER must then stay high)")
     p.add_argument("--target-cer", type=float, default=None, help="exit 1 if the final CER is not below this")
+    p.add_argument("--train-pack", help="train on this pack (onemodel-cy pack) instead of the built-in lines")
+    p.add_argument("--test-pack", help="the held-out pack (default: the train pack); written with "
+                                       "--vocabulary-from the train pack")
+    p.add_argument("--mean", type=float, default=0.5, help="§6 mean for a pack of 8-bit pixels (default 0.5)")
+    p.add_argument("--std", type=float, default=0.25, help="§6 std for a pack of 8-bit pixels (default 0.25)")
     args = p.parse_args(argv)
     if args.stop_at is not None and not args.checkpoint:
         p.error("--stop-at needs --checkpoint")
+    if args.test_pack is not None and args.train_pack is None:
+        p.error("--test-pack needs --train-pack")
     return args
 
 
@@ -180,10 +221,10 @@ def save_checkpoint(path, model, optimizer, schedule, stream, losses_so_far):
 
 def train(args):
     setup_torch(args)
-    train_loader = make_loader(make_dataset(args.train_size, args.seed), args.batch_size, args.seed, args.workers)
-    eval_loader = make_loader(make_dataset(args.eval_size, args.seed + 1), 100, args.seed, args.workers,
-                              shuffle=False)
-    model = CRNN(NUM_SYMBOLS + 1)
+    train_set, held_out, (in_channels, height) = make_datasets(args)
+    train_loader = make_loader(train_set, args.batch_size, args.seed, args.workers)
+    eval_loader = make_loader(held_out, min(100, len(held_out)), args.seed, args.workers, shuffle=False)
+    model = CRNN(len(train_set.vocabulary), in_channels, height)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=args.lr, total_steps=args.steps,
                                                    pct_start=0.15)
@@ -215,15 +256,16 @@ def train(args):
             if g % 50 == 0:
                 print(f"step {g:5d}  loss {loss.item():.4f}  {time.perf_counter() - start:6.1f} s", flush=True)
             if args.eval_every and g % args.eval_every == 0 and g < stop:
-                print(f"step {g:5d}  held-out CER {character_error_rate(model, eval_loader):.2%}", flush=True)
+                print(f"step {g:5d}  held-out CER {character_error_rate(model, eval_loader)[0]:.2%}", flush=True)
         if args.checkpoint:
             save_checkpoint(args.checkpoint, model, optimizer, schedule, stream, losses)
         end_g = stream.next_g
     elapsed = time.perf_counter() - start
-    cer = character_error_rate(model, eval_loader)
+    cer, (truth, predicted) = character_error_rate(model, eval_loader)
     print(f"{len(losses)} steps ({end_g - len(losses)}..{end_g - 1}) in {elapsed:.1f} s "
           f"({elapsed / max(1, len(losses)):.3f} s/step, {args.workers} loader workers, {args.threads} torch "
-          f"threads); held-out CER {cer:.2%} on {args.eval_size} lines", flush=True)
+          f"threads); held-out CER {cer:.2%} on {len(held_out)} lines; first line {truth!r} read as "
+          f"{predicted!r}", flush=True)
     if args.losses_out:
         with open(args.losses_out, "w", encoding="utf-8") as fh:
             json.dump({"first_g": end_g - len(losses), "losses": [float(v).hex() for v in losses],

@@ -80,7 +80,19 @@ def _show(args) -> int:
     import onemodel_cy as om
     from onemodel_cy.show import save_steps
 
-    if args.dataset == "textlines":
+    if args.pack is not None:
+        from onemodel_cy.data.packfmt import read_manifest
+        try:
+            # The picture scales each batch's pixels to its own min..max: any §6 mean and std
+            # draw the same, so 8-bit packs are opened at mean 0, std 1.
+            float32 = read_manifest(args.pack)["pixels"] == "float32"
+            dataset = om.PackedImageDataset(args.pack, None if float32 else 0.0, None if float32 else 1.0)
+        except (ValueError, OSError) as error:      # a PackError names the folder and the file
+            return user_error(error, USAGE)
+        if len(dataset) < args.batch_size:
+            return user_error(f"{args.pack}: {len(dataset)} samples, fewer than --batch-size {args.batch_size}",
+                              USAGE)
+    elif args.dataset == "textlines":
         dataset = om.SyntheticTextLines(args.count, seed=args.seed)
     else:
         dataset = om.SyntheticLineImages(args.count, height=32, min_width=64, max_width=256, seed=args.seed)
@@ -93,7 +105,8 @@ def _show(args) -> int:
         print(f"onemodel-cy show: {error}", file=sys.stderr)
         return 2
     print(f"wrote {args.out} ({width}x{height} px): global steps {args.g}..{args.g + args.steps - 1} of "
-          f"{type(dataset).__name__}, {args.batch_size} images each, padding hatched in magenta")
+          f"{args.pack if args.pack is not None else type(dataset).__name__}, {args.batch_size} images each, "
+          f"padding hatched in magenta")
     return 0
 
 
@@ -105,10 +118,12 @@ def _add_show(commands):
     show.add_argument("--out", default="batch.png", help="the PNG to write (default batch.png)")
     show.add_argument("--dataset", choices=["textlines", "lines"], default="textlines",
                       help="SyntheticTextLines (default) or SyntheticLineImages")
+    show.add_argument("--pack", metavar="PATH", default=None,
+                      help="show a pack instead (its file names and texts beside each image)")
     show.add_argument("--g", type=int, default=0, help="first global step (default 0)")
     show.add_argument("--steps", type=int, default=1, help="how many steps, one batch each (default 1)")
     show.add_argument("--batch-size", type=int, default=6, help="images per batch (default 6)")
-    show.add_argument("--count", type=int, default=256, help="dataset size (default 256)")
+    show.add_argument("--count", type=int, default=256, help="dataset size (default 256; not with --pack)")
     show.add_argument("--seed", type=int, default=0, help="dataset, sampler and loader seed (default 0)")
     show.add_argument("--width-multiple", type=int, default=8, help="collator width multiple (default 8)")
     show.add_argument("--zoom", type=int, default=3, help="figure pixels per image pixel (default 3)")
@@ -141,6 +156,13 @@ def add_pack_parser(commands) -> None:
     pack.add_argument("--labels", required=True, help="UTF-8 file of 'file name<TAB>text' lines")
     pack.add_argument("--height", type=int, default=32, help="resize every image to this height (default 32)")
     pack.add_argument("--mode", choices=("L", "RGB"), default="L", help="8-bit grey (L) or RGB pixels")
+    ids = pack.add_mutually_exclusive_group()
+    ids.add_argument("--vocabulary", metavar="TEXT|FILE",
+                     help="the symbols of target ids 1, 2, ...: the characters of TEXT, or of FILE's one line "
+                          "(default: every character of the labels, sorted)")
+    ids.add_argument("--vocabulary-from", metavar="PACK",
+                     help="the vocabulary of another pack, so that both give each symbol the same id "
+                          "(train and test packs)")
     pack.add_argument("--workers", type=int, default=None, help="decoding threads (default: CPUs)")
     pack.add_argument("--overwrite", action="store_true", help="replace OUT once the new pack is complete")
     pack.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -168,8 +190,13 @@ def _pack(args) -> int:
     if args.workers is not None and args.workers < 1:
         return user_error(f"--workers must be an integer >= 1, received {args.workers}", USAGE)
     try:
+        vocabulary = _vocabulary_argument(args)
+    except (ValueError, OSError) as error:
+        return user_error(error, USAGE)
+    try:
         report = pack(args.folder, args.out, labels=args.labels, height=args.height, mode=args.mode,
-                      workers=args.workers, progress=not args.no_progress, overwrite=args.overwrite)
+                      vocabulary=vocabulary, workers=args.workers, progress=not args.no_progress,
+                      overwrite=args.overwrite)
     except FileExistsError as error:        # another writer published OUT meanwhile
         return user_error(error, USAGE)
     except ImportError as error:            # Pillow missing: say how to get it (as `show`)
@@ -180,6 +207,29 @@ def _pack(args) -> int:
         return user_error(error, DATA)
     print(report.summary())
     return 0
+
+
+def _vocabulary_argument(args):
+    """The vocabulary ``--vocabulary`` or ``--vocabulary-from`` names (None: from the labels)."""
+    if args.vocabulary_from is not None:
+        from onemodel_cy.data.packfmt import read_manifest
+        vocabulary = read_manifest(args.vocabulary_from).get("vocabulary")     # the symbols of ids 1, 2, ...
+        if vocabulary is None:
+            raise ValueError(f"{args.vocabulary_from}: this pack has no vocabulary (it was not written from text) "
+                             f"(--vocabulary-from)")
+        return vocabulary
+    if args.vocabulary is None:
+        return None
+    text = args.vocabulary
+    if os.path.isfile(text):
+        with open(text, encoding="utf-8") as file:
+            text = file.read().rstrip("\r\n")
+        if "\n" in text:
+            raise ValueError(f"{args.vocabulary}: a vocabulary file holds one line, its symbols in id order "
+                             f"(--vocabulary)")
+    if not text or len(set(text)) != len(text):
+        raise ValueError(f"--vocabulary must be distinct characters (ids 1, 2, ... in order), received {text!r}")
+    return text
 
 
 def main(argv=None) -> int:

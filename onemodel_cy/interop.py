@@ -11,12 +11,13 @@ this module does not make the checker read all of torch or JAX.
 """
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import Any, Dict
 
 from onemodel_cy.collate.batch import FIELDS, ImageBatch
 
-__all__ = ["to_torch", "to_jax"]
+__all__ = ["to_torch", "to_jax", "torch_dataset"]
 
 
 def to_torch(batch: ImageBatch, *, pin_memory: bool = False, device: Any = None,
@@ -51,6 +52,75 @@ def to_torch(batch: ImageBatch, *, pin_memory: bool = False, device: Any = None,
     if device is not None:
         tensors = {name: t.to(device, non_blocking=non_blocking and pinned) for name, t in tensors.items()}
     return tensors
+
+
+def torch_dataset(loader: Any, *, pin_memory: bool = False, device: Any = None) -> Any:
+    """``loader`` as a ``torch.utils.data.IterableDataset``, for code that expects PyTorch's
+    ``DataLoader`` (a Lightning ``LightningDataModule.train_dataloader``, a trainer that
+    wraps what it is given): ``torch.utils.data.DataLoader(torch_dataset(loader),
+    batch_size=None)``.
+
+    Each iteration is one pass of ``for batch in loader`` (the stateful path: one epoch, or
+    the rest of it after a resume), each item the batch as :func:`to_torch` gives it, plus
+    its ``"global_step"``, ``"epoch"`` and ``"step"``. The stream is the loader's, byte for
+    byte. ``state_dict()`` / ``load_state_dict()`` / ``set_epoch()`` are the loader's (the
+    ``Stateful`` convention of torchdata), so a checkpoint of the wrapper resumes exactly.
+
+    The loader's own workers build the batches: give torch's ``DataLoader`` no workers
+    (``num_workers=0``, its default) and no batching (``batch_size=None``). Iterated in one
+    of torch's worker processes it raises ``RuntimeError``: each worker would replay the
+    whole stream.
+    """
+    return _torch_dataset_class()(loader, pin_memory, device)
+
+
+def _rebuilt_torch_dataset(loader, pin_memory, device):
+    return torch_dataset(loader, pin_memory=pin_memory, device=device)
+
+
+@functools.lru_cache(maxsize=None)
+def _torch_dataset_class():
+    """The IterableDataset subclass, made when first asked for (torch is an optional extra)."""
+    import torch.utils.data
+
+    class LoaderDataset(torch.utils.data.IterableDataset):
+        def __init__(self, loader, pin_memory, device):
+            self.loader, self.pin_memory, self.device = loader, pin_memory, device
+
+        def __iter__(self):
+            if torch.utils.data.get_worker_info() is not None:
+                raise RuntimeError("torch_dataset(loader) iterated in a torch DataLoader worker process: give "
+                                   "torch's DataLoader num_workers=0 (each of its workers would replay the whole "
+                                   "stream); the onemodel_cy DataLoader's own workers= build the batches")
+            for batch in self.loader:
+                with batch:
+                    item = to_torch(batch, pin_memory=self.pin_memory, device=self.device)
+                    item.update(global_step=batch.global_step, epoch=batch.epoch, step=batch.step)
+                yield item
+
+        def __len__(self):
+            """Batches of the next pass (the rest of the epoch the loader stands in)."""
+            S = self.loader.steps_per_epoch
+            return S - self.loader.state_dict()["next_g"] % S
+
+        def state_dict(self):
+            return self.loader.state_dict()
+
+        def load_state_dict(self, state):
+            self.loader.load_state_dict(state)
+
+        def set_epoch(self, epoch):
+            self.loader.set_epoch(epoch)
+
+        def __repr__(self):
+            return f"torch_dataset({self.loader!r})"
+
+        def __reduce__(self):       # (the class is made in a function: pickle by the factory)
+            return _rebuilt_torch_dataset, (self.loader, self.pin_memory, self.device)
+
+    LoaderDataset.__qualname__ = LoaderDataset.__name__ = "LoaderDataset"
+    LoaderDataset.__module__ = __name__
+    return LoaderDataset
 
 
 def to_jax(batch: ImageBatch, *, device: Any = None) -> Dict[str, Any]:

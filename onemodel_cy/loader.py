@@ -209,6 +209,7 @@ class DataLoader:
                                   (self.rank + 1) * share)
         # The workers' shared baton for the Python parts of a batch (see collate/pacing.pyx).
         self.pacing = Pacing()
+        self._restored = False  # _next_g came from load_state_dict and no pass has used it yet
         self._next_g = 0       # the stateful path's position: where the next `for batch in loader` starts
 
     dataset = property(lambda self: self._pipeline.dataset, doc="The dataset (read-only).")
@@ -283,6 +284,7 @@ class DataLoader:
                 # Before the batch is handed out: a checkpoint taken in the loop body must
                 # count it as consumed (torchdata's convention).
                 self._next_g = batch.global_step + 1
+                self._restored = False
                 yield batch
         finally:
             stream.close()
@@ -300,14 +302,26 @@ class DataLoader:
         """Choose the epoch the next ``for batch in loader`` runs: it starts at that epoch's
         first step, unless the loader already stands inside ``epoch`` (after
         ``load_state_dict`` or a pass left midway), where its position is kept, so that the
-        usual ``for epoch in range(start, E): loader.set_epoch(epoch); for batch in loader``
-        loop resumes a mid-epoch checkpoint instead of restarting its epoch."""
+        usual ``for epoch in range(loader.epoch, E): loader.set_epoch(epoch); for batch in
+        loader`` loop resumes a mid-epoch checkpoint instead of restarting its epoch.
+
+        A position restored by ``load_state_dict`` and not yet used is never discarded
+        without a word: ``set_epoch`` of another epoch then raises ``ValueError`` (the epoch
+        loop started elsewhere than ``loader.epoch``, and would replay or skip batches).
+        Once a pass has handed out a batch, ``set_epoch`` moves the loader freely."""
         epoch = check_integer(epoch, "epoch", 0)
-        if epoch * self.steps_per_epoch >= G_END:
-            raise ValueError(f"epoch {epoch} starts at global step {epoch * self.steps_per_epoch}, past the "
+        S = self.steps_per_epoch
+        if epoch * S >= G_END:
+            raise ValueError(f"epoch {epoch} starts at global step {epoch * S}, past the "
                              f"last one, 2**63 - 1 (global steps are [0, 2**63))")
-        if epoch != self.epoch:
-            self._next_g = epoch * self.steps_per_epoch
+        if epoch == self.epoch:
+            return
+        if self._restored:
+            raise ValueError(f"set_epoch({epoch}) would discard the position load_state_dict restored: global "
+                             f"step {self._next_g} (epoch {self.epoch}, step {self._next_g % S} of {S}). Start "
+                             f"the epoch loop at loader.epoch (for epoch in range(loader.epoch, EPOCHS)), or "
+                             f"load a state saved at epoch {epoch}")
+        self._next_g = epoch * S
 
     # -- checkpoints -----------------------------------------------------------------------
 
@@ -336,6 +350,7 @@ class DataLoader:
         dataset type and size, collator, seed, transform.
         """
         self._next_g = self._checked_next_g(state)
+        self._restored = True       # until a pass hands out a batch (set_epoch)
 
     def _state(self, next_g: int) -> Dict[str, Any]:
         return {"next_g": next_g, "fingerprint": self.fingerprint(), "world_size": self.world_size,

@@ -5,8 +5,9 @@
 gets a title line (global step, epoch, step in the epoch, padded width); each sample one
 row: its image in gray (or RGB for three channels), scaled by ``zoom``, the columns past
 its real width hatched in magenta — the padding the collator added (§4, D13) — and beside
-it the slot, the dataset index, the width, the label and the target, written through the
-dataset's ``vocabulary`` when it has one.
+it the slot, the dataset index (and the sample's key, a pack's file name, when the
+dataset has keys), the width, the label and the target, written as text through the
+dataset's ``vocabulary`` when it has one (``data/vocabulary.py``: id 0 is the blank).
 
 The layout has fixed sizes (below) so that a picture's size is known in advance: see
 :func:`figure_size`.
@@ -72,12 +73,14 @@ def _hatch(height, width, top, left):
 
 
 def _target_text(target, vocabulary):
+    """The target as text (an id that is no symbol, the blank included, as ``<id>``), or
+    its ids as numbers without a vocabulary."""
     if vocabulary is None:
         return " ".join(str(t) for t in target)
-    return "".join(vocabulary[t] if 0 <= t < len(vocabulary) else f"<{t}>" for t in target)
+    return "".join(vocabulary[t] if 0 < t < len(vocabulary) else f"<{t}>" for t in target)
 
 
-def _draw_batch(canvas, texts, batch, top, zoom, vocabulary):
+def _draw_batch(canvas, texts, batch, top, zoom, vocabulary, key):
     """Paste one batch's rows into ``canvas`` from row ``top``; queue its texts; return the next top."""
     images, widths = np.asarray(batch.images), np.asarray(batch.widths)
     targets, lengths = np.asarray(batch.targets), np.asarray(batch.target_lengths)
@@ -94,23 +97,29 @@ def _draw_batch(canvas, texts, batch, top, zoom, vocabulary):
         canvas[top:top + h * zoom, MARGIN:MARGIN + w] = block[:, :w]
         canvas[top:top + h * zoom, MARGIN + w:MARGIN + wp * zoom] = _hatch(h * zoom, wp * zoom - w, top, MARGIN + w)
         target = targets[offsets[k]:offsets[k + 1]].tolist()
-        texts.append(((text_left, top), f"slot {k}  index {int(batch.indices[k])}  width {int(widths[k])}  "
-                                        f"label {int(batch.labels[k])}\ntarget {_target_text(target, vocabulary)!r}"))
+        index = int(batch.indices[k])
+        name = None if key is None else key(index)
+        texts.append(((text_left, top), f"slot {k}  index {index}{'' if name is None else f'  {name}'}  width "
+                                        f"{int(widths[k])}  label {int(batch.labels[k])}\n"
+                                        f"target {_target_text(target, vocabulary)!r}"))
         top += max(h * zoom, LINE_HEIGHT) + ROW_GAP
     return top
 
 
-def render(batches, vocabulary=None, zoom=3):
+def render(batches, vocabulary=None, zoom=3, key=None):
     """One picture (a ``PIL.Image`` in RGB) of ``batches`` (``ImageBatch``es, still open).
 
     Parameters
     ----------
     batches : sequence of ImageBatch
     vocabulary : sequence of str, optional
-        ``vocabulary[t]`` is the character of target id ``t`` (``SyntheticTextLines.vocabulary``);
-        without one the target ids are written as numbers.
+        A dataset's ``vocabulary``: ``vocabulary[t]`` is the symbol of target id ``t``, 0 the
+        blank; without one the target ids are written as numbers.
     zoom : int, default 3
         Figure pixels per image pixel.
+    key : callable, optional
+        ``key(index)``: a sample's name (a pack's ``key``, its file name), written beside
+        its index; None (or a key that returns None) writes none.
     """
     Image, ImageDraw = _pillow()
     batches = list(batches)
@@ -121,7 +130,7 @@ def render(batches, vocabulary=None, zoom=3):
     canvas = np.full((height, width, 3), 255, dtype=np.uint8)
     texts, top = [], MARGIN
     for batch in batches:
-        top = _draw_batch(canvas, texts, batch, top, zoom, vocabulary)
+        top = _draw_batch(canvas, texts, batch, top, zoom, vocabulary, key)
     picture = Image.fromarray(canvas, "RGB")
     draw = ImageDraw.Draw(picture)
     for position, text in texts:
@@ -129,20 +138,21 @@ def render(batches, vocabulary=None, zoom=3):
     return picture
 
 
-def save(batches, path, vocabulary=None, zoom=3):
+def save(batches, path, vocabulary=None, zoom=3, key=None):
     """Write :func:`render`'s picture of ``batches`` to ``path`` as PNG; returns its (width, height)."""
-    picture = render(batches, vocabulary, zoom)
+    picture = render(batches, vocabulary, zoom, key)
     picture.save(path, format="PNG")
     return picture.size
 
 
 def save_steps(loader, start_g, steps, path, zoom=3):
     """Picture of the loader's batches at global steps ``start_g .. start_g + steps - 1``,
-    written to ``path`` (the dataset's ``vocabulary`` is used when it has one)."""
+    written to ``path`` (the dataset's ``vocabulary`` and ``key`` are used when it has them)."""
     _check_int(steps, "steps", 1, 1 << 20)
     batches = [loader.batch_at(g) for g in range(start_g, start_g + steps)]
     try:
-        return save(batches, path, getattr(loader.dataset, "vocabulary", None), zoom)
+        dataset = loader.dataset
+        return save(batches, path, getattr(dataset, "vocabulary", None), zoom, getattr(dataset, "key", None))
     finally:
         for batch in batches:
             batch.close()

@@ -213,3 +213,53 @@ def test_torchrun_ranks_example_resumes_elastically(tmp_path):
     resumed = torchrun(2, "--steps", "10", "--resume", str(state))
     assert "resumed at step 12 from a state saved at world size 4" in resumed, resumed
     assert "OK: world size 2, steps 12..21" in resumed, resumed
+
+
+def test_torch_dataset_feeds_a_torch_dataloader_with_the_exact_stream_and_its_checkpoint():
+    """Concern: a PyTorch-shaped entry point. ``torch.utils.data.DataLoader(torch_dataset(loader),
+    batch_size=None)``: each pass is one epoch of the loader, every tensor the bytes of
+    ``batch_at(g)``; its ``state_dict`` taken mid-epoch resumes, in a new loader and a new
+    torch DataLoader, at the next step (the rest of that epoch, then the next)."""
+    loader = make_loader(workers=2)
+    check = make_loader()
+    S = loader.steps_per_epoch
+    wrapped = interop.torch_dataset(loader)
+    assert isinstance(wrapped, torch.utils.data.IterableDataset) and len(wrapped) == S
+    feed = torch.utils.data.DataLoader(wrapped, batch_size=None)
+    seen = []
+    for epoch in range(2):
+        for item in feed:
+            g = item["global_step"]
+            assert item["epoch"] == g // S == epoch and item["step"] == g % S
+            expected = check.batch_at(g)
+            for name in FIELDS:
+                assert isinstance(item[name], torch.Tensor)
+                assert item[name].numpy().tobytes() == getattr(expected, name).tobytes(), (g, name)
+            seen.append(g)
+    assert seen == list(range(2 * S))
+    # A checkpoint mid-epoch: three batches into the third epoch.
+    for k, item in enumerate(feed):
+        if k == 2:
+            state = wrapped.state_dict()
+            break
+    loader.close()
+    assert state["next_g"] == 2 * S + 3
+    resumed_loader = make_loader(workers=2)
+    resumed = interop.torch_dataset(resumed_loader)
+    resumed.load_state_dict(state)
+    assert len(resumed) == S - 3
+    rest = [item["global_step"] for item in torch.utils.data.DataLoader(resumed, batch_size=None)]
+    assert rest == list(range(2 * S + 3, 3 * S))
+    resumed.set_epoch(4)
+    assert [item["global_step"] for item in resumed][:2] == [4 * S, 4 * S + 1]
+    resumed_loader.close()
+
+
+def test_torch_dataset_refuses_torch_workers():
+    """Iterated by torch's worker processes, each would replay the whole stream: refused,
+    naming num_workers=0."""
+    loader = make_loader()
+    feed = torch.utils.data.DataLoader(interop.torch_dataset(loader), batch_size=None, num_workers=1,
+                                       multiprocessing_context="spawn")
+    with pytest.raises(RuntimeError, match="num_workers=0"):
+        next(iter(feed))

@@ -1,4 +1,4 @@
-"""Concern: training example (issue 10 item 2); §1 (batch g is a pure function of (seed, g)).
+"""Concern: training example; §1 (batch g is a pure function of (seed, g)).
 
 ``examples/train_ctc_torch.py`` trains a CRNN with CTC on SyntheticTextLines, fed by the
 loader's worker threads. Stopped after step k and resumed from its ``torch.save``
@@ -98,3 +98,26 @@ def test_the_checkpoint_holds_the_loader_state(tmp_path):
     loader = example.make_loader(example.make_dataset(512, 0), 8, 0, workers=0)    # batch size 8, not 16
     with pytest.raises(ValueError, match="different pipeline"):
         example.resume_stream(loader, ckpt["loader"], 10)
+
+
+def test_the_example_trains_from_packs_with_shared_ids(tmp_path):
+    """Concern: training example on real use's path: folder -> pack -> train. Train and test
+    packs (the test pack written with the train pack's vocabulary) train the same model for
+    a few steps and print a decoded line; a test pack whose ids differ is refused, naming
+    --vocabulary-from."""
+    import numpy as np
+    import onemodel_cy as om
+    lines = om.SyntheticTextLines(96, height=20, max_length=5, seed=3)
+    test_lines = om.SyntheticTextLines(24, height=20, max_length=5, num_symbols=6, seed=4)
+    train = om.pack(lines, str(tmp_path / "train.pack"), vocabulary=lines.vocabulary, progress=False).path
+    test = om.pack(test_lines, str(tmp_path / "test.pack"), vocabulary=om.PackedImageDataset(train).vocabulary,
+                   progress=False).path
+    out = _finish(_run(["--train-pack", train, "--test-pack", test, "--steps", "6"], tmp_path))
+    assert "6 steps (0..5)" in out and "held-out CER" in out and "on 24 lines; first line" in out, out
+    first = om.PackedImageDataset(test).decode(test_lines.get_sample(0).target)
+    assert f"first line {first!r} read as" in out, out
+    other = om.pack([(np.zeros((20, 9), np.uint8), [1, 2], 0)], str(tmp_path / "other.pack"), vocabulary="xy",
+                    progress=False).path
+    refused = _run(["--train-pack", train, "--test-pack", other], tmp_path)
+    text, _ = refused.communicate(timeout=300)
+    assert refused.returncode != 0 and "--vocabulary-from" in text, text

@@ -50,12 +50,14 @@ def test_folder_pack_resizes_maps_text_and_reports_skips(folder, tmp_path):
     assert reasons["c.png"] == "empty label" and reasons["bad.png"].startswith("unreadable image")
     ds = om.PackedImageDataset(report.path, 0.0, 1.0)
     # Built from every non-empty text before decoding: bad.png's text counts too.
-    assert ds.vocabulary == sorted(set("hello world" + "ab" + "broken" + "dab"))
+    assert ds.vocabulary == ("<blank>", *sorted(set("hello world" + "ab" + "broken" + "dab")))
+    assert ds.manifest["vocabulary"] == sorted(set("hello world" + "ab" + "broken" + "dab"))   # ids 1, 2, ...
     assert ds.shapes.tolist() == [[1, 8, 32], [1, 8, 10], [1, 8, 16]]     # 40*8/10, 25*8/20=10, 30*8/15
     assert [ds.key(i) for i in range(3)] == ["a.png", "b.png", "d.png"]
     assert [ds.get_sample(i).label for i in range(3)] == [0, 1, 5]
     vocab = ds.vocabulary
-    assert "".join(vocab[k - 1] for k in ds.get_sample(0).target.tolist()) == "hello world"
+    assert "".join(vocab[k] for k in ds.get_sample(0).target.tolist()) == "hello world"
+    assert ds.decode(ds.get_sample(0).target) == "hello world"
     with Image.open(os.path.join(images, "d.png")) as im:
         want = np.asarray(im.convert("L").resize((16, 8), Image.Resampling.BILINEAR))
     assert ds.get_sample(2).image.tobytes() == om.gray8_to_planar(want, 0.0, 1.0).tobytes()
@@ -178,3 +180,18 @@ def test_cli_error_from_the_command_line_has_no_traceback(tmp_path):
     assert run.returncode == 2 and run.stdout == ""
     assert run.stderr == (f"onemodel-cy: error: {tmp_path / 'none'}: no such folder "
                           f"(FOLDER is the folder of image files)\n")
+
+
+def test_a_labels_line_without_a_tab_is_refused_naming_the_line(folder, tmp_path, capsys):
+    """Bad input: a space where the TAB belongs was taken as the separator, silently (a file
+    name holding a space was then split at the wrong place); now a PackError naming the
+    labels file and the line, and through the CLI one line with status 1."""
+    images, labels = folder
+    with open(labels, "a", encoding="utf-8") as f:
+        f.write("a.png hello there\n")
+    with pytest.raises(PackError, match=r"labels\.txt, line 7: no TAB between the file name and the text in "
+                                        r"'a\.png hello there'"):
+        om.pack(images, str(tmp_path / "p"), labels=labels, progress=False)
+    status, err = cli_error(capsys, ["pack", images, str(tmp_path / "q"), "--labels", labels, "--no-progress"])
+    assert status == 1 and "line 7: no TAB" in err
+    assert not (tmp_path / "p").exists() and not (tmp_path / "q").exists()

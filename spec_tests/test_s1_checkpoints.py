@@ -103,6 +103,33 @@ def test_set_epoch_keeps_a_restored_position_in_its_own_epoch():
     assert loader.state_dict()["next_g"] == 4 * S
 
 
+def test_set_epoch_never_discards_a_restored_position_without_a_word():
+    """§1 resume: the README's loop copied with ``range(0, EPOCHS)`` instead of
+    ``range(loader.epoch, EPOCHS)`` used to restart at step 0, silently (the position the
+    checkpoint restored was discarded by ``set_epoch(0)``). Now ``set_epoch`` of another
+    epoch than the restored position's raises, naming the position and the fix, and the
+    position stays; once a pass has handed out a batch, set_epoch moves freely again."""
+    pipe = Pipe(sampler="shuffled", batch_size=4, count=40)
+    loader = pipe.loader()
+    S = loader.steps_per_epoch
+    loader.load_state_dict(dict(loader.state_dict(), next_g=2 * S + 1))
+    with pytest.raises(ValueError, match=rf"set_epoch\(0\) would discard the position load_state_dict restored: "
+                                         rf"global step {2 * S + 1} \(epoch 2, step 1 of {S}\).*range\(loader\.epoch"):
+        loader.set_epoch(0)
+    with pytest.raises(ValueError, match="would discard"):
+        loader.epoch = 3
+    assert loader.state_dict()["next_g"] == 2 * S + 1
+    loader.set_epoch(2)                                 # its own epoch: kept
+    passed = iter(loader)
+    assert next(passed).global_step == 2 * S + 1
+    passed.close()
+    loader.set_epoch(0)                                 # the position was used: a free move
+    assert loader.state_dict()["next_g"] == 0
+    loader.load_state_dict(dict(loader.state_dict(), next_g=S))   # at an epoch's first step too
+    with pytest.raises(ValueError, match="would discard"):
+        loader.set_epoch(0)
+
+
 def test_two_passes_opened_together_both_start_where_the_loader_stood():
     """§1 the stateful path: each `iter(loader)` starts at the loader's position when it is
     called (as PyTorch's iterators do), so two passes opened before either is consumed run the

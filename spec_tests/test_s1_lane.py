@@ -59,9 +59,11 @@ class EveryOtherSampler(om.Sampler):
         return np.array([(epoch * 7 + step * 6 + 2 * i) % self.n for i in range(6)], dtype=np.int64)
 
 
-def sampler_of(name, n, batch):
+def sampler_of(name, n, batch, world_size=1):
     if name == "shuffled":
-        return om.ShuffledSampler(n, batch, 3, drop_last=False)
+        # A short last batch is shared by slot range: with two ranks it may hold too few
+        # samples for the second (the loader refuses that), so ranks take drop_last.
+        return om.ShuffledSampler(n, batch, 3, drop_last=world_size > 1)
     if name == "sequential":
         return om.SequentialSampler(n, batch)
     if name == "mixing":
@@ -73,7 +75,7 @@ AUGMENTATIONS = {"none": None, "gain_offset": om.GainOffset(0.3, 0.2), "noise": 
 
 
 def loader_of(dataset, sampler_name, batch, workers, prefetch, aug, multiple, **kw):
-    return om.DataLoader(dataset, sampler_of(sampler_name, len(dataset), batch),
+    return om.DataLoader(dataset, sampler_of(sampler_name, len(dataset), batch, kw.get("world_size", 1)),
                          om.ImageBatchCollator(multiple, -1.0, AUGMENTATIONS[aug]), seed=12,
                          workers=workers, prefetch=prefetch, **kw)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -28,15 +29,20 @@ SCENARIO_TIMEOUT = 150      # seconds: a hung child is killed by the scenario it
 
 
 def run_scenario(*args):
+    """Run one scenario in its own session; a hang kills the whole group (its forked children too)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, HERE, os.environ.get("PYTHONPATH", "")]))
-    try:
-        done = subprocess.run([sys.executable, os.path.join(HERE, "fork_scenarios.py"), *args], env=env,
-                              capture_output=True, text=True, timeout=SCENARIO_TIMEOUT, cwd=ROOT)
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"fork scenario {args} hung for {SCENARIO_TIMEOUT} s:\n{exc.stdout}\n{exc.stderr}")
-    assert done.returncode == 0 and done.stdout.startswith("OK"), (
-        f"fork scenario {args} exited with {done.returncode}:\n{done.stdout}\n{done.stderr}")
-    return done.stdout
+    with subprocess.Popen([sys.executable, os.path.join(HERE, "fork_scenarios.py"), *args], env=env, cwd=ROOT,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True) as scenario:
+        try:
+            out, err = scenario.communicate(timeout=SCENARIO_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.killpg(scenario.pid, signal.SIGKILL)
+            out, err = scenario.communicate()
+            pytest.fail(f"fork scenario {args} hung for {SCENARIO_TIMEOUT} s:\n{out}\n{err}")
+    assert scenario.returncode == 0 and out.startswith("OK"), (
+        f"fork scenario {args} exited with {scenario.returncode}:\n{out}\n{err}")
+    return out
 
 
 @pytest.mark.parametrize("kind", KINDS)

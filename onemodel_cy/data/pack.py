@@ -25,6 +25,7 @@ import numpy as np
 import onemodel_cy.data.packfmt as _packfmt
 from onemodel_cy.data.packfmt import (FORMAT, HEADER_BYTES, VERSION, PackError, array_entry, npy_header,
                                       sync, write_manifest, write_npy)
+from onemodel_cy.data.vocabulary import with_blank
 
 __all__ = ["pack", "PackReport", "PackError"]
 
@@ -39,11 +40,16 @@ class PackReport:
     skipped: list
     seconds: float
     bytes: int
+    vocabulary: tuple = None    # as the pack reads it, blank first (data/vocabulary.py); None: no text
 
     def summary(self) -> str:
         lines = [f"packed {self.count} samples into {self.path} ({self.bytes / 1e6:.1f} MB) in "
                  f"{self.seconds:.1f} s ({self.count / max(self.seconds, 1e-9):.0f} samples/s); "
                  f"skipped {len(self.skipped)}"]
+        if self.vocabulary is not None:
+            symbols = "".join(self.vocabulary[1:])
+            lines.append(f"  vocabulary: {len(self.vocabulary) - 1} symbols, ids 1.. = {symbols!r} (0: the CTC "
+                         f"blank); pass --vocabulary-from {self.path} to give another pack the same ids")
         lines += [f"  skipped {item}: {reason}" for item, reason in self.skipped]
         return "\n".join(lines)
 
@@ -295,8 +301,10 @@ def pack(source, out, *, labels=None, height=32, mode="L", vocabulary=None, work
         For a folder: every image is resized to this height, keeping its aspect ratio.
     mode : {"L", "RGB"}, default "L"
         For a folder: 8-bit grey or 8-bit RGB pixels.
-    vocabulary : sequence of str, optional
-        The symbols (symbol ``k + 1`` is ``vocabulary[k]``, 0 is left to the CTC blank).
+    vocabulary : str or sequence of str, optional
+        The symbols of target ids 1, 2, ... (0 is left to the CTC blank), or a dataset's
+        ``vocabulary`` (blank first; another pack's, so that both packs give one symbol
+        one id: ``data/vocabulary.py``).
         For a folder, the characters text may use (by default every character of the
         non-empty texts, sorted, taken before decoding: it covers a text whose image turns
         out unreadable too); for any other source it is recorded in the manifest as given.
@@ -334,7 +342,8 @@ def pack(source, out, *, labels=None, height=32, mode="L", vocabulary=None, work
     except BaseException as error:
         writer.abort(error)
         raise
-    return PackReport(writer.out, count, skipped, time.perf_counter() - started, size)
+    return PackReport(writer.out, count, skipped, time.perf_counter() - started, size,
+                      None if vocab is None else with_blank(vocab))
 
 
 def recorded_vocabulary(vocabulary):

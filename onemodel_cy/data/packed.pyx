@@ -28,6 +28,7 @@ from onemodel_cy.data.datasets cimport (PackedImages, PackedSource, Sample, PIXE
                                         PIXELS_RGB8)
 from onemodel_cy.data.image import gray8_to_planar, rgb8_to_planar
 from onemodel_cy.data.packfmt import PackError, load_index, open_manifest
+from onemodel_cy.data.vocabulary import decode as _decode, with_blank as _with_blank
 
 cnp.import_array()
 
@@ -301,9 +302,15 @@ cdef class PackedImageDataset(PackedSource):
 
     @property
     def vocabulary(self):
-        """The symbols of text labels: symbol ``k + 1`` is ``vocabulary[k]`` (0 is left to
-        the CTC blank); None when the pack was not written from text."""
-        return self.manifest.get("vocabulary") if self.manifest is not None else None
+        """``("<blank>", symbol of id 1, ...)``: ``vocabulary[t]`` is the symbol of target id
+        ``t``, id 0 the CTC blank (``data/vocabulary.py``, as ``SyntheticTextLines``); None
+        when the pack was not written from text. (The manifest lists ids 1, 2, ...)"""
+        symbols = self.manifest.get("vocabulary") if self.manifest is not None else None
+        return None if symbols is None else _with_blank(symbols)
+
+    def decode(self, target):
+        """The text of ``target`` (target ids) under :attr:`vocabulary`."""
+        return _decode(target, self.vocabulary)
 
     @property
     def widths(self):

@@ -18,6 +18,7 @@ import os
 import numpy as np
 
 from onemodel_cy.data.packfmt import INT32_END, PackError
+from onemodel_cy.data.vocabulary import symbols_of
 
 MODES = ("L", "RGB")
 
@@ -25,13 +26,20 @@ MODES = ("L", "RGB")
 # ---------------------------------------------------------------- a folder and a labels file
 
 def read_labels(folder: str, labels: str) -> list:
-    """``(position, name, path, text)`` per non-blank line of ``labels``: ``name<TAB>text``
-    (or, with no tab, the first space separates them). Every named file must exist."""
+    """``(position, name, path, text)`` per non-blank line of ``labels``: ``name<TAB>text``,
+    split at the first TAB only (a file name may hold spaces, a text spaces and TABs). A
+    line without a TAB is refused, naming the file and the line: guessing at a space would
+    split ``my scan.png<space>text`` at the wrong place without a word. Every named file
+    must exist."""
     entries = []
     for number, line in label_lines(labels):
         if not line.strip():
             continue
-        name, _, text = line.partition("\t") if "\t" in line else line.partition(" ")
+        if "\t" not in line:
+            shown = line if len(line) <= 60 else line[:57] + "..."
+            raise PackError(f"{labels}, line {number}: no TAB between the file name and the text in {shown!r}; "
+                            f"each line is 'file name<TAB>text'")
+        name, _, text = line.partition("\t")
         name = name.strip()
         path = os.path.join(folder, name)
         if not os.path.isfile(path):
@@ -58,10 +66,13 @@ def label_lines(labels: str):
 
 
 def symbol_table(vocabulary, texts) -> list:
-    """The vocabulary as a list of one-character symbols (symbol k + 1 is entry k)."""
+    """The vocabulary as a list of one-character symbols (symbol k + 1 is entry k); a
+    dataset's ``vocabulary`` (blank first, ``data/vocabulary.py``) is taken as well."""
     if vocabulary is None:
         return sorted(set("".join(texts)))
-    symbols = list(vocabulary)
+    if isinstance(vocabulary, str):
+        vocabulary = list(vocabulary)
+    symbols = symbols_of(vocabulary)
     if any(not isinstance(s, str) or len(s) != 1 for s in symbols) or len(set(symbols)) != len(symbols):
         raise ValueError(f"vocabulary must be distinct one-character strings, received {vocabulary!r}")
     return symbols

@@ -1,5 +1,8 @@
 # Type stubs for the compiled module onemodel_cy.data.textlines (the SyntheticTextLines dataset).
+from collections.abc import Sequence
 from typing import SupportsFloat, SupportsIndex
+
+import numpy.typing as npt
 
 from typing_extensions import disjoint_base
 
@@ -35,6 +38,8 @@ class SyntheticTextLines(ArrayImageDataset):
     # ("<blank>", "0", "1", ...): the character of each target id.
     @property
     def vocabulary(self) -> tuple[str, ...]: ...
+    # The text of a target under `vocabulary` (ValueError for the blank or an id past it).
+    def decode(self, target: Sequence[int] | npt.ArrayLike) -> str: ...
     # Initialises once: a second call raises RuntimeError.
     def __init__(
         self,

@@ -19,6 +19,7 @@ from onemodel_cy.core.validate cimport as_size, as_u64, as_float32, mul_overflow
 from onemodel_cy.core.sealed cimport sealed_empty, sealed_vector
 from onemodel_cy.core.rng cimport derive_seed, draw_int, draw_single
 from onemodel_cy.data.datasets cimport ArrayImageDataset
+from onemodel_cy.data.vocabulary import BLANK as _BLANK, decode as _decode
 
 cnp.import_array()
 
@@ -203,8 +204,12 @@ cdef class SyntheticTextLines(ArrayImageDataset):
 
     @property
     def vocabulary(self):
-        """``("<blank>", "0", "1", ...)``: the character of each target id."""
-        return ("<blank>",) + tuple(GLYPHS[:self.num_symbols])
+        """``("<blank>", "0", "1", ...)``: the character of each target id (``data/vocabulary.py``)."""
+        return (_BLANK,) + tuple(GLYPHS[:self.num_symbols])
+
+    def decode(self, target):
+        """The text of ``target`` (target ids) under :attr:`vocabulary`."""
+        return _decode(target, self.vocabulary)
 
     def __repr__(self):
         return (f"SyntheticTextLines(count={self.count}, height={self.height}, min_length={self.min_length}, "
