@@ -75,15 +75,23 @@ extensions = [
 C_DIR = os.path.join("build", "cython", "checked" if CHECKS else "release")
 
 
+# Modules are translated and compiled in parallel, one job per CPU (pip builds with neither
+# by default); ONEMODEL_CY_JOBS=N sets another count.
+JOBS = int(os.environ.get("ONEMODEL_CY_JOBS", "0")) or os.cpu_count() or 1
+
+
 class build_ext_every_time(build_ext):
     """Compile the C every time (cythonize still regenerates it only when a source
     changed): a module built with other flags (ONEMODEL_CY_SANITIZE, ONEMODEL_CY_CHECKS)
-    has the same sources and the same target, so a timestamp check would keep it."""
+    has the same sources and the same target, so a timestamp check would keep it. Each
+    module is compiled in a job of its own, JOBS at once."""
 
     def finalize_options(self):
         super().finalize_options()
         self.force = True
+        if not self.parallel:
+            self.parallel = JOBS
 
 
-setup(ext_modules=cythonize(extensions, compiler_directives=DIRECTIVES, build_dir=C_DIR),
+setup(ext_modules=cythonize(extensions, compiler_directives=DIRECTIVES, build_dir=C_DIR, nthreads=JOBS),
       cmdclass={"build_ext": build_ext_every_time})

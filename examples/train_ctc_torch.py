@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 import onemodel_cy as om
+from onemodel_cy.data.vocabulary import check_same
 from onemodel_cy.interop import to_torch
 
 HEIGHT, MAX_LENGTH, NUM_SYMBOLS, SCALE, NOISE = 20, 5, 10, 2, 0.5
@@ -66,9 +67,10 @@ def make_datasets(args):
         return make_dataset(args.train_size, args.seed), make_dataset(args.eval_size, args.seed + 1), (1, HEIGHT)
     train = open_pack(args.train_pack, args.mean, args.std)
     held_out = train if args.test_pack is None else open_pack(args.test_pack, args.mean, args.std)
-    if held_out.vocabulary != train.vocabulary:
-        raise SystemExit(f"{args.test_pack} and {args.train_pack} give symbols different ids; write the test "
-                         f"pack with onemodel-cy pack ... --vocabulary-from {args.train_pack}")
+    try:
+        check_same(train, held_out)
+    except ValueError as error:
+        raise SystemExit(f"{args.test_pack}: {error}") from None
     if held_out.shapes[0, :2].tolist() != train.shapes[0, :2].tolist():
         raise SystemExit(f"{args.test_pack}: lines of {held_out.shapes[0, :2].tolist()} (channels, height), "
                          f"the train pack's are {train.shapes[0, :2].tolist()}")

@@ -1,7 +1,7 @@
 """Pictures of batches: each image with its padding marked, its width, target, label and index.
 
 ``onemodel-cy show`` (or :func:`save_steps`) renders the batches of global steps
-``g .. g+k-1`` to one PNG, with Pillow (``pip install 'onemodel-cy[show]'``). Each batch
+``g .. g+k-1`` to one PNG, with Pillow (``pip install pillow``, or the ``show`` extra in a checkout). Each batch
 gets a title line (global step, epoch, step in the epoch, padded width); each sample one
 row: its image in gray (or RGB for three channels), scaled by ``zoom``, the columns past
 its real width hatched in magenta — the padding the collator added (§4, D13) — and beside
@@ -32,8 +32,8 @@ def _pillow():
     try:
         from PIL import Image, ImageDraw
     except ImportError:
-        raise ImportError("onemodel_cy.show needs Pillow: pip install 'onemodel-cy[show]' "
-                          "(or pip install pillow)") from None
+        raise ImportError("onemodel_cy.show needs Pillow: pip install pillow "
+                          "(in a checkout: pip install -e '.[show]')") from None
     return Image, ImageDraw
 
 

@@ -99,16 +99,26 @@ class BatchStream:
             self._after_fork()
             if not self._closed:
                 self._restart(self.next_g)
+        # One consumer: the step is read, built or taken, and counted only by the thread
+        # that holds _busy; a second thread is refused before it reads anything, and the
+        # first one's stream goes on.
+        with self._guard:
+            if self._busy:
+                raise RuntimeError(f"BatchStream.__next__ was called from two threads at once (at global "
+                                   f"step {self.next_g}); a stream has one consumer: give each thread its own "
+                                   f"stream (loader.iter)")
+            self._busy = True
+        try:
+            return self._next_batch()
+        finally:
+            self._busy = False
+
+    def _next_batch(self):
+        """(The thread holding ``_busy``.) Build or take step ``next_g``, then count it."""
         g = self.next_g
         if self._closed or g >= (G_END if self.stop_g is None else self.stop_g):
             self.close()
             raise StopIteration
-        with self._guard:
-            if self._busy:      # before the try: the other thread's stream goes on
-                raise RuntimeError(f"BatchStream.__next__ was called from two threads at once (at global "
-                                   f"step {g}); a stream has one consumer: give each thread its own "
-                                   f"stream (loader.iter)")
-            self._busy = True
         try:
             with self._guard:       # against a close() from another thread (see _end)
                 if self._closed:
@@ -130,8 +140,6 @@ class BatchStream:
         except BaseException:
             self._end(failed=True)
             raise
-        finally:
-            self._busy = False
         self.next_g = g + 1
         return batch
 

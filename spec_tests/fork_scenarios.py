@@ -19,6 +19,11 @@ Scenarios:
 * ``forsaken`` (KIND ``all``): after ``os.fork()`` every engine of the parent (one of each
   kind) is forsaken in the child: closed, fitting no loader, its shutdown returning at
   once; in the parent none is, and its streams go on.
+* ``ended_engine`` (KIND ``all``): a process-mode stream that failed, its error kept (so
+  its ended engine lives on), the user's files opened on the descriptor numbers it freed,
+  lane engines parked after it; after ``os.fork()`` the child's files are all open and
+  every engine is forsaken (before, the child closed the parent's freed numbers again,
+  the user's files, and an EBADF stopped the hook before the lane engines).
 """
 from __future__ import annotations
 
@@ -171,6 +176,53 @@ def scenario_forsaken():
     print(f"OK forsaken: {', '.join(type(e).__name__ for e in engines)} in the child, none in the parent")
 
 
+def scenario_ended_engine():
+    from onemodel_cy.workers import registry
+    from pipeline_parts import FailingDataset
+    failing = om.DataLoader(FailingDataset(om.SyntheticLineImages(64, height=4, min_width=3, max_width=20, seed=3),
+                                           bad_index=7),
+                            om.SequentialSampler(64, 4), om.ImageBatchCollator(width_multiple=4), seed=11,
+                            workers=2, prefetch=4, timeout=30, worker_mode="process")
+    try:
+        for batch in failing.iter(0, 5):
+            batch.close()
+        raise AssertionError("the failing dataset did not fail")
+    except Exception as error:      # kept, as a logger or a retry loop keeps it
+        kept = error
+    files = [open(os.devnull) for _ in range(6)]
+    lanes = [make_loader("lane") for _ in range(3)]
+    for lane in lanes:
+        with lane.iter(0, 3) as stream:         # closed: its engine parks in the loader
+            take(stream, lane, range(3), "a lane stream")
+    engines = list(registry._live_engines)
+    kinds = sorted(type(e).__name__ for e in engines)
+    if kinds.count("LaneEngine") != 3 or "ProcessEngine" not in kinds:
+        raise AssertionError(f"live engines before the fork: {kinds}")
+    pid = os.fork()
+    if pid == 0:
+        closed = []
+        for f in files:
+            try:
+                os.fstat(f.fileno())
+            except OSError:
+                closed.append(f.fileno())
+        unforsaken = [type(e).__name__ for e in engines if not e.forsaken]
+        if closed or unforsaken:
+            print(f"child: files closed behind its back {closed}, engines not forsaken {unforsaken}", flush=True)
+            os._exit(3)
+        with lanes[0].iter(10, 14) as stream:   # workers of the child's own
+            take(stream, lanes[0], range(10, 14), "child, a parked lane's loader")
+        os._exit(0)
+    code = wait_for(pid)
+    if code != 0:
+        raise AssertionError(f"the child exited with {code}")
+    for lane in lanes:
+        lane.close()
+    failing.close()
+    del kept
+    print(f"OK ended engine: {len(files)} files open in the child, {len(engines)} engines forsaken")
+
+
 if __name__ == "__main__":
     scenario, kind = sys.argv[1], sys.argv[2]
     np.seterr(all="raise")
@@ -182,5 +234,7 @@ if __name__ == "__main__":
         scenario_os_fork(kind, uses=True)
     elif scenario == "forsaken":
         scenario_forsaken()
+    elif scenario == "ended_engine":
+        scenario_ended_engine()
     else:
         raise SystemExit(f"unknown scenario {scenario!r}")

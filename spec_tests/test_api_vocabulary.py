@@ -150,3 +150,19 @@ def test_show_on_a_missing_pack_is_one_line(tmp_path, capsys):
     status = main(["show", "--pack", str(tmp_path / "nowhere"), "--out", str(tmp_path / "x.png")])
     err = capsys.readouterr().err
     assert status == 2 and err.count("\n") == 1 and "nowhere" in err and "Traceback" not in err, err
+
+
+def test_check_same_names_both_datasets_and_the_first_differing_id(tmp_path):
+    """Where two datasets meet (train and test, a dataset of one's own over several packs):
+    ``check_same`` returns their one vocabulary, or a ValueError naming both and the id."""
+    from onemodel_cy.data.vocabulary import check_same
+    a = om.PackedImageDataset(om.pack([(np.zeros((2, 3), np.uint8), [1], 0)], str(tmp_path / "a"),
+                                      vocabulary="0123", progress=False).path, 0.5, 0.25)
+    b = om.PackedImageDataset(om.pack([(np.zeros((2, 3), np.uint8), [1], 0)], str(tmp_path / "b"),
+                                      vocabulary="0124", progress=False).path, 0.5, 0.25)
+    assert check_same(a, a) == ("<blank>", "0", "1", "2", "3")
+    with pytest.raises(ValueError, match=r"id 4 is '3' in PackedImageDataset\('.*/a'.* and '4' in "
+                                         r"PackedImageDataset\('.*/b'.*--vocabulary-from"):
+        check_same(a, b)
+    with pytest.raises(ValueError, match="has a vocabulary"):
+        check_same(a, om.SyntheticLineImages(4, 2, 1, 3, seed=0))

@@ -104,7 +104,8 @@ def folder_samples(folder, labels, height, mode, vocabulary, workers):
     try:
         import PIL  # noqa: F401
     except ImportError:
-        raise ImportError("packing a folder of images needs Pillow: pip install 'onemodel-cy[pack]'") from None
+        raise ImportError("packing a folder of images needs Pillow: pip install pillow (in a checkout: "
+                          "pip install -e '.[pack]')") from None
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, received {mode!r}")
     if type(height) is not int or not 1 <= height < INT32_END:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["BLANK", "decode", "with_blank", "symbols_of"]
+__all__ = ["BLANK", "decode", "with_blank", "symbols_of", "check_same"]
 
 BLANK = "<blank>"
 
@@ -28,6 +28,29 @@ def symbols_of(vocabulary) -> list:
     that is the blank (a dataset's ``vocabulary``), so either form can be passed on."""
     symbols = list(vocabulary)
     return symbols[1:] if symbols and symbols[0] == BLANK else symbols
+
+
+def check_same(*datasets) -> tuple:
+    """The one vocabulary of ``datasets`` (train and test sets, the parts of a dataset
+    that combines several); ``ValueError`` naming two that give a symbol different ids, and
+    the first id where they differ. Call it wherever datasets meet: a model trained on one
+    and tested on another, a dataset of your own over several packs."""
+    if not datasets:
+        raise TypeError("check_same needs at least one dataset")
+    first = datasets[0]
+    for other in datasets[1:]:
+        a, b = getattr(first, "vocabulary", None), getattr(other, "vocabulary", None)
+        if a != b:
+            if a is None or b is None:
+                where = (f"{first!r} has {'no' if a is None else 'a'} vocabulary, "
+                         f"{other!r} {'none' if b is None else 'one'}")
+            else:
+                t = next((t for t in range(min(len(a), len(b))) if a[t] != b[t]), min(len(a), len(b)))
+                where = (f"id {t} is {a[t] if t < len(a) else 'past the end'!r} in {first!r} and "
+                         f"{b[t] if t < len(b) else 'past the end'!r} in {other!r}")
+            raise ValueError(f"these datasets give symbols different ids: {where}. Write the second pack with "
+                             f"the first one's vocabulary (onemodel-cy pack ... --vocabulary-from FIRST)")
+    return getattr(first, "vocabulary", None)
 
 
 def decode(target, vocabulary) -> str:

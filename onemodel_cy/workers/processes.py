@@ -422,10 +422,11 @@ class ProcessEngine:
         self.forsaken = self.closed = True
         children = getattr(multiprocessing.process, "_children", set())
         for worker in self.pool:
-            worker.close()
+            worker.close()              # (idempotent: after a shutdown in the parent too)
             children.discard(worker.process)
-        for end in (self._wake_r, self._wake_w, self._doorbell_r, self._doorbell_w):
-            os.close(end)
+        self._close_pipes()             # the parent may have closed them already: then nothing
+        self.ring.close()               # this process's copies of the descriptors and mappings
+        self.board.close_fd()
 
     def shutdown(self):
         """End every worker: ask, wait a bounded time, then terminate (idempotent)."""
@@ -455,7 +456,15 @@ class ProcessEngine:
             self.ring.close()           # only the slots of batches the user still holds stay mapped
             self.board.close_fd()
             self.results.clear()
-            for end in (self._wake_r, self._wake_w, self._doorbell_r, self._doorbell_w):
+            self._close_pipes()
+
+    def _close_pipes(self):
+        """Close the wake-up and doorbell pipes once: a number closed here may be reused by
+        the user's next file, which a second close (a forked child's) would close instead."""
+        for name in ("_wake_r", "_wake_w", "_doorbell_r", "_doorbell_w"):
+            end = getattr(self, name)
+            if end >= 0:
+                setattr(self, name, -1)
                 os.close(end)
 
     def __del__(self):

@@ -42,12 +42,23 @@ def _forsake_in_child():
     global _live_engines, _handover
     engines, _live_engines = list(_live_engines), weakref.WeakSet()
     _handover = threading.Lock()
-    for engine in engines:      # first, each of them: nothing below may leave one live
-        engine.forsake()
+    for engine in engines:      # each of them, whatever another's forsake raised
+        try:
+            engine.forsake()
+        except Exception as error:      # (an at-fork hook's exception is only printed)
+            _report_after_fork(engine, error)
     for engine in engines:
         loader = engine.owner()
         if loader is not None:
             loader.pacing.forsake_holder()
+
+
+def _report_after_fork(engine, error):
+    """Say on stderr that forsaking ``engine`` in a forked child failed (it is marked
+    forsaken all the same: each engine sets that first)."""
+    import sys
+    print(f"onemodel_cy: after fork, forsaking {type(engine).__name__} raised {type(error).__name__}: {error}",
+          file=sys.stderr)
 
 
 if hasattr(os, "register_at_fork"):
