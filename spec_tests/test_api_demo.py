@@ -4,7 +4,11 @@ the bytes checked against the conformance vector's own digest, a resumed run che
 final OK line; a seed the vector does not pin says so rather than passing silently."""
 from __future__ import annotations
 
+import importlib.util
+
 from onemodel_cy.cli import main
+
+HAS_TORCH = importlib.util.find_spec("torch") is not None
 
 
 def test_the_demo_checks_the_vector_and_ends_with_ok(capsys):
@@ -13,7 +17,9 @@ def test_the_demo_checks_the_vector_and_ends_with_ok(capsys):
     assert all(len(line) < 200 for line in lines), lines
     assert lines[0].startswith("workload: 2,048 synthetic text-line images")
     assert any(line.startswith("speed: ") and "images/s" in line for line in lines)
-    assert any(line.startswith("reference: torch's DataLoader doing the same work here") for line in lines)
+    reference = ("reference: torch's DataLoader doing the same work here" if HAS_TORCH else
+                 "reference: torch is not installed, so torch's DataLoader was not measured beside it")
+    assert any(line.startswith(reference) for line in lines), lines
     assert any(line.startswith("bytes: the first two epochs (32 batches) equal the conformance vector, "
                                "sha256 6007652baac75991") for line in lines), lines
     assert any(line.startswith("resume: a run stopped at step 20") for line in lines)
