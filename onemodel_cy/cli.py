@@ -30,19 +30,28 @@ DEMO_IMAGES, DEMO_BATCH = 2048, 128
 DEMO_VECTOR = "section7_two_epochs_digest"      # stream.json: steps 0..31 of this workload at seed 0
 
 
+def _demo_dataset(om, seed):
+    return om.SyntheticLineImages(DEMO_IMAGES, height=32, min_width=64, max_width=256, seed=seed)
+
+
 def _demo_loader(om, seed, workers):
-    dataset = om.SyntheticLineImages(DEMO_IMAGES, height=32, min_width=64, max_width=256, seed=seed)
+    dataset = _demo_dataset(om, seed)
     sampler = om.ShuffledSampler(len(dataset), DEMO_BATCH, seed=seed)
     collator = om.ImageBatchCollator(width_multiple=4, augmentation=om.GainOffset())
     return om.DataLoader(dataset, sampler, collator, seed=seed, workers=workers, prefetch=8)
 
 
+def _warm_up(steps):
+    """The batches of a timed pass left out of the timing: the first quarter, at most 8 (the
+    workers start, the pool fills)."""
+    return min(8, steps // 4)
+
+
 def _timed_pass(stream, steps):
     """Batches per second over ``steps`` batches, holding the previous two (a training loop
-    still uses them while the next is built); the first quarter (at most 8 batches: the
-    workers start, the pool fills) is not timed."""
+    still uses them while the next is built); the warm-up (``_warm_up``) is not timed."""
     held = []
-    warm = min(8, steps // 4)
+    warm = _warm_up(steps)
     for k, batch in zip(range(steps), stream):
         if k == warm:
             start = time.perf_counter()
@@ -65,7 +74,7 @@ def _torch_reference(om, steps):
     except ImportError:
         return None
     import numpy as np
-    source = om.SyntheticLineImages(DEMO_IMAGES, height=32, min_width=64, max_width=256, seed=0)
+    source = _demo_dataset(om, 0)
     images = [source.get_sample(i).image.copy() for i in range(DEMO_IMAGES)]
 
     class Lines(torch.utils.data.Dataset):
@@ -101,7 +110,7 @@ def _torch_reference(om, steps):
 def _demo(args) -> int:
     """Serve the workload, time it beside torch, check it against the vector, resume it."""
     import onemodel_cy as om
-    from onemodel_cy.conformance.codec import BATCH_FIELDS, batch_digest, load
+    from onemodel_cy.conformance.codec import batch_digest, load
 
     loader = _demo_loader(om, args.seed, args.workers)
     workers = f"{args.workers} worker thread{'s' if args.workers != 1 else ''}" if args.workers else "no workers"
@@ -110,8 +119,8 @@ def _demo(args) -> int:
     with loader.iter(0) as stream:
         rate = _timed_pass(stream, args.steps)
     print(f"speed: {rate:,.0f} batches/s = {rate * DEMO_BATCH:,.0f} images/s over {args.steps} batches, "
-          f"the first {min(8, args.steps // 4)} not timed (the loop holds its last 2 batches, as training does)")
-    reference = _torch_reference(om, min(args.steps, 100)) if args.steps >= 2 else None
+          f"the first {_warm_up(args.steps)} not timed (the loop holds its last 2 batches, as training does)")
+    reference = _torch_reference(om, min(args.steps, 100))
     if reference is None:
         print("reference: torch is not installed, so torch's DataLoader was not measured beside it "
               "(benchmarks/bench_loader.py compares the two, docs/performance.md)")
@@ -125,7 +134,7 @@ def _demo(args) -> int:
     with loader.iter(0, check_steps) as stream:
         for batch in stream:
             with batch:
-                digests.append(batch_digest({name: getattr(batch, name) for name in BATCH_FIELDS}))
+                digests.append(batch_digest(batch.as_dict()))
     vector = next(case for case in load("stream.json")["cases"] if case["name"] == DEMO_VECTOR)
     if args.seed == 0:
         expected = vector["output"]["step_sha256"]
@@ -147,7 +156,7 @@ def _demo(args) -> int:
     with loader.iter(state=checkpoint, stop_g=args.steps) as resumed:
         for g, batch in zip(range(resume_at, args.steps), resumed):
             with batch:
-                if batch_digest({name: getattr(batch, name) for name in BATCH_FIELDS}) != digests[g]:
+                if batch_digest(batch.as_dict()) != digests[g]:
                     print(f"MISMATCH: resumed global step {g} differs from the uninterrupted run")
                     return 1
     print(f"resume: a run stopped at step {resume_at} and resumed from its checkpoint gave the remaining "

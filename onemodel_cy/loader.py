@@ -60,6 +60,15 @@ def _check_bool(value, name):
     return value
 
 
+def _check_worker_mode(mode, name):
+    modes = DataLoader.WORKER_MODES
+    if not isinstance(mode, str):
+        raise TypeError(f"{name} must be a str, one of {modes}, received {type(mode).__name__}")
+    if mode not in modes:
+        raise ValueError(f"{name} must be one of {modes}, received {mode!r}")
+    return mode
+
+
 def _stable_name(obj) -> str:
     """``repr(obj)``, unless it holds a memory address; then the object's (or its type's) qualified name."""
     text = repr(obj)
@@ -193,7 +202,7 @@ class DataLoader:
         if bound is not None and bound > len(dataset):
             raise ValueError(f"{sampler!r} can produce dataset indices up to {bound - 1}, past the end of "
                              f"{_stable_name(dataset)} ({len(dataset)} samples, indices [0, {len(dataset)}))")
-        self.worker_mode = worker_mode      # validated by the property (process workers, below)
+        self.worker_mode = worker_mode      # checked by the setting (below)
         share = batch_size // self.world_size
         # A short last batch (drop_last=False) is shared by slot range as it stands. If the
         # last rank's range lay past its end, that rank would receive nothing: every rank
@@ -400,21 +409,8 @@ class DataLoader:
     timeout = _Setting(lambda value, name: check_seconds(value, name, none_ok=True, zero_ok=False))
     join_timeout = _Setting(lambda value, name: check_seconds(value, name, none_ok=False, zero_ok=True))
     persistent_workers = _Setting(_check_bool)
-
     WORKER_MODES = ("thread", "process")
-
-    @property
-    def worker_mode(self) -> str:
-        """``"thread"`` or ``"process"``: what a stream's workers are (changeable between streams)."""
-        return self._worker_mode
-
-    @worker_mode.setter
-    def worker_mode(self, mode):
-        if not isinstance(mode, str):
-            raise TypeError(f"worker_mode must be a str, one of {self.WORKER_MODES}, received {type(mode).__name__}")
-        if mode not in self.WORKER_MODES:
-            raise ValueError(f"worker_mode must be one of {self.WORKER_MODES}, received {mode!r}")
-        self._worker_mode = mode
+    worker_mode = _Setting(_check_worker_mode)     # "thread" or "process": what a stream's workers are
 
     def _stream_workers(self) -> int:
         """The worker count a stream runs with: 0 where threads are unavailable."""

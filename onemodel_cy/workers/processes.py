@@ -371,9 +371,9 @@ class ProcessEngine:
                 self._dispatch()
 
     def fits(self, loader, workers):
-        return (not self.closed and not self.forsaken and loader.worker_mode == "process"
-                and loader._pipeline is self.pipeline and workers == self.workers and loader.prefetch == self.prefetch
-                and all(w.alive for w in self.pool))
+        return (not self.closed and loader.worker_mode == "process" and loader._pipeline is self.pipeline
+                and workers == self.workers and loader.prefetch == self.prefetch
+                and all(w.alive for w in self.pool))       # (a forsaken engine is closed)
 
     def reposition(self, start, limit):
         with self._state:
