@@ -54,6 +54,31 @@ REFUSED = [
     ("scale_0", dict(height=24, min_length=1, max_length=6, num_symbols=10, scale=0, noise=0.5, seed=0)),
 ]
 
+# Added in issue 24, after the released cases: every documented upper bound, the largest
+# value accepted and the next one refused, and noise that is not finite — as given, or
+# only once rounded to float32 (1e39 is a finite float64; the contract checks f32(noise)).
+AT_BOUNDS = [
+    ("scale_64", dict(height=448, min_length=1, max_length=2, num_symbols=16, scale=64, noise=0.5, seed=5),
+     range(2), False),
+    ("height_4096", dict(height=4096, min_length=1, max_length=1, num_symbols=10, scale=1, noise=0.5, seed=6),
+     range(1), False),
+    ("length_4096", dict(height=7, min_length=4096, max_length=4096, num_symbols=16, scale=1, noise=0.5, seed=7),
+     range(1), False),
+]
+PAST_BOUNDS = [
+    ("scale_65", dict(height=455, min_length=1, max_length=2, num_symbols=10, scale=65, noise=0.5, seed=0)),
+    ("height_4097", dict(height=4097, min_length=1, max_length=6, num_symbols=10, scale=2, noise=0.5, seed=0)),
+    ("max_length_4097", dict(height=24, min_length=1, max_length=4097, num_symbols=10, scale=2, noise=0.5, seed=0)),
+    ("min_length_4097", dict(height=24, min_length=4097, max_length=4097, num_symbols=10, scale=2, noise=0.5,
+                             seed=0)),
+    ("num_symbols_0", dict(height=24, min_length=1, max_length=6, num_symbols=0, scale=2, noise=0.5, seed=0)),
+    ("noise_nan", dict(height=24, min_length=1, max_length=6, num_symbols=10, scale=2, noise=float("nan"), seed=0)),
+    ("noise_infinite", dict(height=24, min_length=1, max_length=6, num_symbols=10, scale=2, noise=float("inf"),
+                            seed=0)),
+    ("noise_infinite_in_float32", dict(height=24, min_length=1, max_length=6, num_symbols=10, scale=2, noise=1e39,
+                                       seed=0)),
+]
+
 
 def _encode_params(kw: dict) -> dict:
     return {k: codec.f64_hex(v) if k == "noise" else str(int(v)) for k, v in kw.items()}
@@ -73,11 +98,23 @@ def _case(name, kw, indices, full):
             "output": {"samples": samples, "vocabulary": vocabulary}}
 
 
+def _refused_case(name, kw):
+    try:
+        R.SyntheticTextLines(1, **kw)
+    except ValueError:
+        pass
+    else:
+        raise AssertionError(f"the oracle accepted textlines_refuses_{name}")
+    return {"name": f"textlines_refuses_{name}", "pins": ["contract:SyntheticTextLines"],
+            "input": {"op": "textlines", "params": _encode_params(kw), "indices": ["0"], "full": False},
+            "output": {"error": "ValueError"}}
+
+
 def build_textlines() -> dict:
-    """The document of ``textlines.json``: sample cases, then the refused inputs."""
+    """The document of ``textlines.json``: sample cases, the refused inputs, then (added
+    later, so appended) the bounds."""
     cases = [_case(*config) for config in CONFIGS]
-    for name, kw in REFUSED:
-        cases.append({"name": f"textlines_refuses_{name}", "pins": ["contract:SyntheticTextLines"],
-                      "input": {"op": "textlines", "params": _encode_params(kw), "indices": ["0"], "full": False},
-                      "output": {"error": "ValueError"}})
+    cases += [_refused_case(name, kw) for name, kw in REFUSED]
+    cases += [_case(*config) for config in AT_BOUNDS]
+    cases += [_refused_case(name, kw) for name, kw in PAST_BOUNDS]
     return {"section": "contract", "cases": cases}

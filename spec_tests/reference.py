@@ -670,7 +670,8 @@ def _text_params(height, min_length, max_length, num_symbols, scale, noise):
     num_symbols = _as_int(num_symbols, "num_symbols")
     if not 1 <= num_symbols <= 16:
         raise ValueError(f"num_symbols must lie in [1, 16], got {num_symbols!r}")
-    noise32 = f32(noise)
+    with np.errstate(over="ignore"):      # a float64 past float32's range rounds to inf: refused below
+        noise32 = f32(noise)
     if not (math.isfinite(noise32) and noise32 >= 0):
         raise ValueError(f"noise must be finite and >= 0, got {noise!r}")
     return height, min_length, max_length, num_symbols, scale, noise32

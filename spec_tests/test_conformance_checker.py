@@ -20,7 +20,8 @@ import pytest
 
 from onemodel_cy.conformance.checker import check, main, run_self
 from onemodel_cy.conformance.codec import VECTOR_FILES, load
-from onemodel_cy.conformance.replay import LONGEST, _under_every_setting, differences, short
+from onemodel_cy.conformance.harness import under_every_setting
+from onemodel_cy.conformance.replay import LONGEST, differences, short
 
 
 @pytest.fixture(scope="module")
@@ -238,29 +239,156 @@ def _full_images(case_name, k):
 
 
 def test_array_values_that_do_not_match_their_hash_are_reported(own_results):
-    """Concern: checker hardening. Values handed in beside a hash that they do not hash to
-    (or of the wrong count) are reported, not trusted."""
+    """Concern: checker hardening (issue 24). Values handed in beside a hash are checked
+    against it whenever they are there, the hash right or wrong: values that do not hash to
+    it, values of the wrong count and values that cannot be read are failures."""
     expected = load("collate.json")["cases"][0]["output"]["images"]
     got = dict(copy.deepcopy(expected), sha256="0" * 64)
     assert "do not hash to your sha256" in differences({"images": expected}, {"images": got})[0]
     got = dict(copy.deepcopy(expected), sha256="0" * 64, data_b64=base64.b64encode(b"1234").decode())
     del got["values_f32"]
     assert "cannot be read" in differences({"images": expected}, {"images": got})[0]
+    bits = _image_bits(expected)
+    contradicting = {
+        "values_f32 of other values": dict(expected, values_f32=["0x%08x" % (b ^ 1) for b in bits]),
+        "data_b64 of other values": {"shape": expected["shape"], "sha256": expected["sha256"],
+                                     "data_b64": base64.b64encode((bits ^ 1).astype("<u4").tobytes()).decode()},
+        "data_b64 that is not base64": {"shape": expected["shape"], "sha256": expected["sha256"],
+                                        "data_b64": "!!!not base64!!!"},
+        "values_f32 one short": dict(expected, values_f32=expected["values_f32"][:-1]),
+    }
+    for what, got in contradicting.items():
+        found = differences({"images": expected}, {"images": got})
+        assert len(found) == 1 and ("do not hash to your sha256" in found[0] or "cannot be read" in found[0]), what
+    # On a hash-only vector (a stream batch), a port's contradicting values fail too.
+    broken = copy.deepcopy(own_results)
+    images = _case(broken, "stream.json", "shuffled_world_size_2")["output"]["batches"][0]["images"]
+    del images["values_f32"]
+    images["data_b64"] = "!!!not base64!!!"
+    failures, report = _check(broken)
+    assert failures == 1 and "batches[g=0 rank=0].images: the array's values cannot be read" in report
 
 
 def test_a_setting_whose_stream_differs_is_handed_in():
     """Concern: §1 worker/prefetch invariance. The replay runs a stream case under every
     harness setting and, when one setting's output differs from the first's, returns that
-    one, naming the setting, so that a check against the vectors fails on it."""
+    one, naming the setting, so that a check against the vectors fails on it; every
+    setting's record is kept."""
     inp = {"harness": {"workers": ["0", "2"], "prefetch": ["1", "3"]}}
 
-    def build(api, inp_, workers, prefetch):
+    def build(workers, prefetch, delivery):
         return {"labels": [1 if (workers, prefetch) != (2, 3) else 2]}
-    out = _under_every_setting(None, inp, build)
+    out = under_every_setting(inp, build, with_errors=False)
     assert out["labels"] == [2] and "workers=2 prefetch=3 differs" in out["harness"]
+    assert [(r["workers"], r["prefetch"]) for r in out["settings"]] == [("0", "1"), ("0", "3"), ("2", "1"), ("2", "3")]
     assert differences({"labels": [1]}, out) == ["output.labels[0]: expected 1, got 2"]
-    out = _under_every_setting(None, inp, lambda *a: {"labels": [1]})
+    out = under_every_setting(inp, lambda *a: {"labels": [1]}, with_errors=False)
     assert out["harness"] == "workers=0,prefetch=1 workers=0,prefetch=3 workers=2,prefetch=1 workers=2,prefetch=3"
+
+
+def test_the_answer_key_is_refused(tmp_path, capsys, own_results):
+    """Concern: a checker that cannot be handed the answer key (issue 24). The exported
+    vectors themselves, and results that carry the vectors' inputs or pins, are refused
+    with one line saying why; a copy of the vectors' outputs alone fails on the stream
+    cases, whose harness settings it cannot show."""
+    assert main(["export", str(tmp_path / "vectors")]) == 0
+    capsys.readouterr()
+    assert main(["check", str(tmp_path / "vectors")]) == 1
+    out = capsys.readouterr().out
+    for name in VECTOR_FILES:
+        assert f"{name}: this is the vector file itself (the answer key), not a port's results" in out
+    assert "compared 0 cases" in out
+    with_inputs = copy.deepcopy(own_results)
+    for case, vector in zip(with_inputs["rng.json"]["cases"], load("rng.json")["cases"]):
+        case["input"] = vector["input"]
+    failures, report = _check(with_inputs)
+    assert failures == 1 and (f"rng.json: cases[0] ({load('rng.json')['cases'][0]['name']}) carries the vectors' "
+                              f"input: a copy of the answer key") in report
+    outputs_only = {name: {"cases": [{"name": c["name"], "output": c["output"]} for c in load(name)["cases"]]}
+                    for name in VECTOR_FILES}
+    failures, report = _check(outputs_only)
+    harnessed = [c["name"] for c in load("stream.json")["cases"] if "harness" in c["input"]]
+    assert failures == len(harnessed) and len(harnessed) >= 9
+    for name in harnessed:
+        assert f"stream.json:{name} (pins" in report and "output.settings: missing" in report
+
+
+def _settings_of(results, name):
+    return _case(results, "stream.json", name)["output"]["settings"]
+
+
+def test_stream_results_must_show_every_harness_setting(own_results):
+    """Concern: the harness made visible (issue 24, §1). A stream case's results carry one
+    record per (workers, prefetch) pair its input.harness asks for, each with the digest of
+    what that setting delivered: fewer settings, a setting not asked, one twice, a digest
+    or an error step that is not the vectors' each fail with one line naming the setting."""
+    name = "iter_shuffled_dataset_fails_at_index_20_world_size_1"
+    failures, report = _check(own_results)
+    assert failures == 0
+    fewer = copy.deepcopy(own_results)
+    del _settings_of(fewer, name)[2:]
+    failures, report = _check(fewer)
+    assert failures == 1 and ("output.settings: ran under 2 of the 6 settings this case asks for; missing "
+                              "workers=1 prefetch=1, workers=1 prefetch=4, workers=3 prefetch=1, "
+                              "workers=3 prefetch=4") in report
+    other = copy.deepcopy(own_results)
+    _settings_of(other, name)[5]["workers"] = "2"
+    failures, report = _check(other)
+    assert failures == 1 and "output.settings[workers=2 prefetch=4]: not a setting this case asks for" in report
+    twice = copy.deepcopy(own_results)
+    _settings_of(twice, name).append(dict(_settings_of(twice, name)[0]))
+    failures, report = _check(twice)
+    assert failures == 1 and "output.settings[workers=0 prefetch=1]: reported twice" in report
+    wrong = copy.deepcopy(own_results)
+    _settings_of(wrong, name)[4]["sha256"] = "0" * 64
+    failures, report = _check(wrong)
+    assert failures == 1 and ("output.settings[workers=3 prefetch=1].sha256: the batches delivered under this "
+                              "setting are not the vectors'") in report
+    late = copy.deepcopy(own_results)
+    _settings_of(late, name)[3]["error_at"] = ["6"]
+    failures, report = _check(late)
+    assert failures == 1 and "output.settings[workers=1 prefetch=4].error_at: expected ['5'], got ['6']" in report
+    digest = copy.deepcopy(own_results)
+    _settings_of(digest, "section7_two_epochs_digest")[3]["sha256"] = "f" * 64
+    failures, report = _check(digest)
+    assert failures == 1 and "section7_two_epochs_digest" in report and "workers=2 prefetch=8" in report
+
+
+def test_a_wrong_digest_step_is_named_before_the_whole_stream(own_results):
+    """Concern: diagnostics (issue 24). A §7 digest that differs at one step is reported
+    at that step (step_sha256[k], k counted from start_g), not through the stream's hash."""
+    broken = copy.deepcopy(own_results)
+    output = _case(broken, "stream.json", "section7_two_epochs_digest")["output"]
+    output["step_sha256"][7] = "0" * 64
+    output["sha256"] = "1" * 64
+    failures, report = _check(broken)
+    line = next(line for line in report.splitlines() if "section7_two_epochs_digest" in line)
+    assert failures == 1 and ": output.step_sha256[7]: expected '" in line and "(+1 more)" in line
+
+
+def test_textlines_names_the_first_differing_element(own_results):
+    """Concern: diagnostics (issue 24). A textlines image whose vector holds only its hash
+    is reported, when the port writes its values, at its first differing pixel with both
+    bit patterns; with the hash alone, the message quotes both hashes."""
+    broken = copy.deepcopy(own_results)
+    image = _case(broken, "textlines.json", "textlines_default")["output"]["samples"][1]["image"]
+    vector = next(c for c in load("textlines.json")["cases"] if c["name"] == "textlines_default")
+    assert "values_f32" not in vector["output"]["samples"][1]["image"] and "values_f32" not in image
+    import onemodel_cy
+    from onemodel_cy.conformance.replay import replay
+    bits = _image_bits(replay(onemodel_cy, dict(vector, input=dict(vector["input"], full=True)))["samples"][1]["image"])
+    bits[100] ^= 0x1
+    image["values_f32"] = ["0x%08x" % b for b in bits]
+    image["sha256"] = hashlib.sha256(bits.astype("<u4").tobytes()).hexdigest()
+    failures, report = _check(broken)
+    rows, columns = image["shape"][1:]
+    assert failures == 1 and (f"output.samples[1].image: element channel 0, row {100 // columns}, column "
+                              f"{100 % columns} (flat 100) expected 0x{bits[100] ^ 1:08x}, got 0x{bits[100]:08x} "
+                              f"(1 of {rows * columns} elements differ)") in report
+    del image["values_f32"]
+    failures, report = _check(broken)
+    expected = vector["output"]["samples"][1]["image"]["sha256"]
+    assert failures == 1 and f"image.sha256: expected {expected!r}, got {image['sha256']!r}" in report
 
 
 _JUNK = [None, "", "0x", "-0", [], {}, 0, -1, 1e308, True, "x" * 5000, [[[[[]]]]], {"error": None},

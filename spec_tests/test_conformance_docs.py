@@ -76,25 +76,63 @@ def test_reading_table_names_real_cases():
 
 def test_every_op_is_documented():
     """Concern: docs. The op table of the page covers every op the replay runs."""
-    table = re.findall(r"^\| (`[^|]+`) \| \w+ \|", _doc(), re.M)
+    section = _doc().split("## What `check` compares, op by op")[1].split("\n## ")[0]
+    table = re.findall(r"^\| (`[^|]+`) \| \w+ \|", section, re.M)
     documented = {op for cell in table for op in re.findall(r"`(\w+)`", cell)}
     assert documented == set(_OPS)
 
 
 def test_harness_settings_in_the_docs_are_the_vectors():
-    """Concern: §1 worker/prefetch invariance. The settings the page tells a port's harness
-    to run are exactly the ones the stream cases carry, and they include 0 and several
-    workers, prefetch 1 and several."""
+    """Concern: §1 worker/prefetch invariance. The stream cases ask for 0 workers and
+    several, a prefetch of 1 and several; the page's harness block lists exactly them."""
     seen = {}
     for case in load("stream.json")["cases"]:
         if "harness" in case["input"]:
             seen.setdefault(case["input"]["op"], set()).add(
                 (tuple(case["input"]["harness"]["workers"]), tuple(case["input"]["harness"]["prefetch"])))
     assert set(seen) == {"stream_iter", "stream_digest"}
-    doc = _doc()
+    block = re.search(r"<!-- kit:harness -->\n(.*?)<!-- /kit:harness -->", _doc(), re.S).group(1)
     for op, settings in seen.items():
         assert len(settings) == 1
         workers, prefetch = next(iter(settings))
         assert "0" in workers and max(map(int, workers)) >= 2 and "1" in prefetch and max(map(int, prefetch)) >= 2
-        phrase = (f"`workers` ∈ {{{', '.join(workers)}}} and `prefetch` ∈ {{{', '.join(prefetch)}}} for `{op}`")
-        assert phrase in doc, phrase
+        assert f"`workers` ∈ {{{', '.join(workers)}}} × `prefetch` ∈ {{{', '.join(prefetch)}}}" in block, op
+
+
+def test_the_kit_blocks_of_the_page_are_up_to_date():
+    """Concern: docs that cannot drift (issue 24). The page's blocks written from the kit
+    (file table and counts, results-file list, harness settings, §7 workload and timing,
+    the C port's mutations) are what generate_kit_docs.py writes from the kit now."""
+    import generate_kit_docs
+    assert generate_kit_docs.render(_doc()) == _doc(), "run python spec_tests/generate_kit_docs.py"
+
+
+NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9,
+                "ten": 10}
+
+
+def _prose(text: str) -> str:
+    """The page without its generated blocks and code blocks (what a person typed)."""
+    text = re.sub(r"<!-- kit:([\w-]+) -->.*?<!-- /kit:\1 -->", "", text, flags=re.S)
+    return re.sub(r"```.*?```", "", text, flags=re.S)
+
+
+def test_the_prose_states_no_count_or_timing_of_its_own():
+    """Concern: docs that cannot drift (issue 24). Outside the generated blocks, every
+    count of vector files is the kit's; the §7 timing is stated once (the case's own);
+    the intro names every section the vectors pin; the export line the worked example
+    quotes is the one export prints."""
+    doc = _doc()
+    for text in (_prose(doc), open(os.path.join(os.path.dirname(DOC), os.pardir, "onemodel_cy", "conformance",
+                                                "vectors", "README.md"), encoding="utf-8").read()):
+        for count in re.findall(r"\b(\d+|" + "|".join(NUMBER_WORDS) + r") (?:other )?vector files", text):
+            assert NUMBER_WORDS.get(count, count) in (len(VECTOR_FILES), str(len(VECTOR_FILES))), count
+    assert len(re.findall(r"in the oracle", doc)) == 1 and "Expected run time" in doc
+    intro = doc.split("<!-- kit:files -->")[0]
+    sections = {p for name in VECTOR_FILES for case in load(name)["cases"] for p in case["pins"] if p.startswith("§")}
+    for section in sections:
+        assert section in intro, f"the intro of docs/conformance.md does not name {section}"
+    status, out = _main(["list"])
+    assert status == 0 and all(name in out for name in VECTOR_FILES)
+    exported = re.search(r"\$ onemodel-cy conformance export vectors\n\s+(.*)\n", doc).group(1)
+    assert exported == f"wrote {len(VECTOR_FILES)} vector files and README.md to vectors"

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import onemodel_cy
 from onemodel_cy.conformance.codec import VECTOR_FILES, VECTORS_DIR, load
-from onemodel_cy.conformance.replay import differences, replay, short
+from onemodel_cy.conformance.harness import settings_differences
+from onemodel_cy.conformance.replay import differences, is_refusal, replay, short
 
 
 def run_self(out_dir=None):
@@ -89,14 +90,38 @@ def validate_results(doc, label: str) -> None:
 
 
 def _own_output(case):
-    """This package's output for ``case``, computed once, when a message needs an array's values."""
+    """This package's output for ``case`` with every array's values, computed once, when a
+    message needs an array's values or a stream setting's digest needs its batches."""
     cache = []
 
     def full():
         if not cache:
-            cache.append(replay(onemodel_cy, case))
+            whole = dict(case, input=dict(case["input"], full=True)) if "full" in case["input"] else case
+            cache.append(replay(onemodel_cy, whole))
         return cache[0]
     return full
+
+
+def _setting_digest(case, own):
+    """The digest every harness setting of a stream case must deliver: the vector's own for
+    a ``stream_digest``; for a ``stream_iter`` (whose vector holds the images' hashes, not
+    their bytes), this package's, which the vector's batches pin."""
+    if "sha256" in case["output"]:
+        return lambda: case["output"]["sha256"]
+    return lambda: own()["settings"][0]["sha256"]
+
+
+def answer_key(doc, name):
+    """Why ``doc`` is the vectors rather than a port's results (one line), or ``None``."""
+    if doc == load(name):
+        return (f"{name}: this is the vector file itself (the answer key), not a port's results: point check "
+                f"at the files your port wrote")
+    for k, case in enumerate(doc["cases"]):
+        carried = [key for key in ("input", "pins") if key in case]
+        if carried:
+            return (f"{name}: cases[{k}] ({case['name'][:80]}) carries the vectors' {' and '.join(carried)}: "
+                    f"a copy of the answer key is not a port's results (write each case's name and output)")
+    return None
 
 
 def _check_file(name, doc, allow_missing, out):
@@ -122,7 +147,10 @@ def _check_file(name, doc, allow_missing, out):
             if not allow_missing:
                 print(f"  {name}:{case['name']}: missing", file=out)
             continue
-        found = differences(case["output"], got[case["name"]], full=_own_output(case))
+        own = _own_output(case)
+        found = differences(case["output"], got[case["name"]], full=own)
+        if "harness" in case["input"] and not is_refusal(case["output"]):
+            found += settings_differences(case, got[case["name"]], _setting_digest(case, own))
         if found:
             differing += 1
             print(f"  {name}:{case['name']} (pins {', '.join(case['pins'])}): {found[0]}"
@@ -156,6 +184,11 @@ def check(results, allow_missing=False, out=None):
         except ResultsError as error:
             failures += 1
             print(f"{error}", file=out)
+            continue
+        refused = answer_key(doc, name)
+        if refused:
+            failures += 1
+            print(refused, file=out)
             continue
         done, failed = _check_file(name, doc, allow_missing, out)
         compared, failures = compared + done, failures + failed
@@ -212,7 +245,7 @@ def main(argv=None) -> int:
         for name in VECTOR_FILES:
             doc = load(name)
             pins = sorted({p for case in doc["cases"] for p in case["pins"]})
-            print(f"  {name:16s} {doc['section']:3s} {len(doc['cases']):4d} cases, pins {' '.join(pins)}")
+            print(f"  {name:16s} {doc['section']:8s} {len(doc['cases']):4d} cases, pins {' '.join(pins)}")
         return 0
     if args.command == "export":
         os.makedirs(args.dir, exist_ok=True)

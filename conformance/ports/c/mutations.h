@@ -16,6 +16,11 @@
  *   BUG_GRAY8_DOUBLE         D15  scale and bias are computed in double, then rounded
  *   BUG_SLOT_PER_RANK        D14  a rank numbers its slots from 0, not from its global offset
  *   BUG_EPOCH_FROM_RESUME    §1   a resumed loader counts epochs from its own first step
+ *   BUG_WINDOW_DROPS_TAIL    §1   with workers, a stream ends at the last full prefetch window
+ *   BUG_TEXTLINES_NO_UPPER_BOUNDS  contract  SyntheticTextLines checks no upper bound
+ *                                  (scale, height, lengths)
+ *   BUG_NOISE_CHECKED_IN_DOUBLE    contract  noise is checked before its rounding to
+ *                                  float32 (1e39 is finite, f32(1e39) is not)
  */
 #ifndef MUTATIONS_H
 #define MUTATIONS_H

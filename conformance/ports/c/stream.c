@@ -2,16 +2,18 @@
  * of w its share of the global batch at global step g. `stream` asks for single steps in
  * any order; `stream_iter` runs the loader from a start step (a fresh run or a resume) to a
  * stop step, and a failing dataset ends the run at the step that needed the failing
- * sample; `stream_digest` hashes a long run. This port builds every step on the caller's
- * thread (0 workers, which §1 allows), so the vectors' worker/prefetch harness is moot. */
-#include "input.h"
+ * sample; `stream_digest` hashes a long run. The last two run under every worker/prefetch
+ * setting their case asks for (harness.c) and report each setting's digest. */
+#include "harness.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define TRY(expr) do { const char *why_ = (expr); if (why_) return why_; } while (0)
 
-static const char HARNESS[] = "workers=0 (the C port builds every step on the caller's thread)";
+/* The sampler caches its epoch's plan: worker threads ask it one at a time. */
+static pthread_mutex_t sampler_lock = PTHREAD_MUTEX_INITIALIZER;
 
 typedef struct {
     Synthetic dataset;
@@ -80,7 +82,10 @@ static const char *rank_batch(Loader *l, uint64_t g, uint64_t rank, uint64_t *ep
 #endif
     uint64_t *indices = malloc(B * sizeof *indices);
     size_t count;
-    TRY(sampler_indices(&l->sampler, *epoch, *step, indices, &count));
+    pthread_mutex_lock(&sampler_lock);
+    const char *refused = sampler_indices(&l->sampler, *epoch, *step, indices, &count);
+    pthread_mutex_unlock(&sampler_lock);
+    TRY(refused);
     uint64_t lo = rank * per, hi = (lo + per < count) ? lo + per : count;
     if (lo >= hi) return "this rank has no sample in the batch";
     Sample *samples = calloc(hi - lo, sizeof *samples);
@@ -137,12 +142,41 @@ const char *op_stream(const Json *in, Out *o)
     return NULL;
 }
 
-/* One rank's run from start (the loader's first step) to stop: its batches in step order,
- * then "error_at": the step whose sample failed (after which nothing is delivered). */
-static const char *iter_run(Loader *l, uint64_t start, uint64_t stop, uint64_t rank, Out *o)
+/* The 32-byte digests of the batches one setting delivered, in delivery order. */
+typedef struct {
+    unsigned char *data;
+    size_t len, cap;
+} Digests;
+
+static void digests_add(Digests *d, const unsigned char digest[32])
+{
+    if (d->len + 32 > d->cap) {
+        d->cap = d->cap ? 2 * d->cap : 1024;
+        d->data = realloc(d->data, d->cap);
+    }
+    memcpy(d->data + d->len, digest, 32);
+    d->len += 32;
+}
+
+static void batch_sha256(const Batch *b, unsigned char digest[32]);
+
+typedef struct { Loader *loader; uint64_t rank; } RankOfLoader;
+
+static const char *build_rank_batch(void *ctx, uint64_t g, Batch *out, uint64_t *epoch, uint64_t *step)
+{
+    RankOfLoader *r = ctx;
+    return rank_batch(r->loader, g, r->rank, epoch, step, out);
+}
+
+/* One rank's run from start (the loader's first step) to stop under one setting: its
+ * batches in step order, then "error_at": the step whose sample failed (after which
+ * nothing is delivered), also appended to `errors`; each batch's digest into `digests`. */
+static const char *iter_run(Loader *l, uint64_t start, uint64_t stop, uint64_t rank, Setting setting,
+                            Out *o, Digests *digests, Out *errors)
 {
     const char *why = NULL;
-    uint64_t g = start, epoch, step;
+    uint64_t failed_at = 0;
+    RankOfLoader ctx = { l, rank };
     l->first_step = start;
     out_printf(o, "{\"start_g\": ");
     out_u64(o, start);
@@ -151,41 +185,73 @@ static const char *iter_run(Loader *l, uint64_t start, uint64_t stop, uint64_t r
     out_printf(o, ", \"rank\": ");
     out_u64(o, rank);
     out_printf(o, ", \"batches\": [");
-    for (; g < stop; g++) {
-        Batch b;
-        why = rank_batch(l, g, rank, &epoch, &step, &b);
-        if (why) break;
-        out_printf(o, g > start ? ", " : "");
-        out_rank_batch(o, &b, g, rank, epoch, step);
-        batch_free(&b);
+    Prefetcher *p = prefetcher_start(build_rank_batch, &ctx, start, stop, setting.workers, setting.prefetch);
+    Built b;
+    for (int first = 1; prefetcher_next(p, &b); first = 0) {
+        if (b.why) {
+            why = b.why;
+            failed_at = b.g;
+            break;
+        }
+        unsigned char digest[32];
+        batch_sha256(&b.batch, digest);
+        digests_add(digests, digest);
+        out_printf(o, first ? "" : ", ");
+        out_rank_batch(o, &b.batch, b.g, rank, b.epoch, b.step);
+        batch_free(&b.batch);
     }
+    prefetcher_end(p);
     if (why && why != DATASET_FAILURE) return why;
     out_printf(o, "], \"error_at\": ");
-    if (why) out_u64(o, g); else out_printf(o, "null");
+    out_printf(errors, errors->len ? ", " : "");
+    if (why) {
+        out_u64(o, failed_at);
+        out_u64(errors, failed_at);
+    } else {
+        out_printf(o, "null");
+        out_printf(errors, "null");
+    }
     out_printf(o, "}");
     return NULL;
 }
 
+/* Every run and rank under each setting asked; the runs written are the first setting's,
+ * and each setting's digest and errors go in "settings". */
 const char *op_stream_iter(const Json *in, Out *o)
 {
     Loader l;
+    Setting settings[MAX_SETTINGS];
+    size_t count;
     const Json *runs = need(in, "runs");
     TRY(loader_from_json(in, &l));
+    TRY(settings_from_json(in, settings, &count));
+    char hex[MAX_SETTINGS][65];
+    Out errors[MAX_SETTINGS];
+    memset(errors, 0, sizeof errors);
     out_printf(o, "{\"steps_per_epoch\": ");
     out_u64(o, l.sampler.steps_per_epoch);
-    out_printf(o, ", \"harness\": ");
-    out_string(o, HARNESS);
     out_printf(o, ", \"runs\": [");
-    for (size_t k = 0; k < array_len(runs); k++) {
-        uint64_t start, stop;
-        TRY(as_u64(need(json_at(runs, k), "start_g"), &start));
-        TRY(as_u64(need(json_at(runs, k), "stop_g"), &stop));
-        for (uint64_t rank = 0; rank < l.world; rank++) {
-            out_printf(o, (k || rank) ? ", " : "");
-            TRY(iter_run(&l, start, stop, rank, o));
+    for (size_t s = 0; s < count; s++) {
+        Out scratch = { 0 };
+        Out *written = s == 0 ? o : &scratch;
+        Digests digests = { 0 };
+        for (size_t k = 0; k < array_len(runs); k++) {
+            uint64_t start, stop;
+            TRY(as_u64(need(json_at(runs, k), "start_g"), &start));
+            TRY(as_u64(need(json_at(runs, k), "stop_g"), &stop));
+            for (uint64_t rank = 0; rank < l.world; rank++) {
+                out_printf(written, (k || rank) ? ", " : "");
+                TRY(iter_run(&l, start, stop, rank, settings[s], written, &digests, &errors[s]));
+            }
         }
+        sha256_hex(digests.data ? digests.data : (unsigned char *)"", digests.len, hex[s]);
+        free(digests.data);
+        free(scratch.data);
     }
-    out_printf(o, "]}");
+    out_printf(o, "]");
+    out_settings(o, settings, count, hex, errors);
+    out_printf(o, "}");
+    for (size_t s = 0; s < count; s++) free(errors[s].data);
     sampler_free(&l.sampler);
     return NULL;
 }
@@ -215,36 +281,54 @@ static void batch_sha256(const Batch *b, unsigned char digest[32])
     free(buf);
 }
 
-/* Rank 0 from start_g to stop_g: each step's batch digest and the digest of them all. */
+/* Rank 0 from start_g to stop_g under each setting asked: each step's batch digest and the
+ * digest of them all (the first setting's written out), and every setting's digest. */
 const char *op_stream_digest(const Json *in, Out *o)
 {
     Loader l;
-    uint64_t start, stop, epoch, step;
+    uint64_t start, stop;
+    Setting settings[MAX_SETTINGS];
+    size_t count;
     TRY(loader_from_json(in, &l));
     TRY(as_u64(need(in, "start_g"), &start));
     TRY(as_u64(need(in, "stop_g"), &stop));
+    TRY(settings_from_json(in, settings, &count));
     if (stop < start || stop - start > (1u << 24)) return "stop_g must lie in [start_g, start_g + 2^24]";
+    char hex[MAX_SETTINGS][65];
+    RankOfLoader ctx = { &l, 0 };
     l.first_step = start;
-    unsigned char *digests = malloc(32 * (stop - start) + 1);
-    out_printf(o, "{\"steps_per_epoch\": ");
-    out_u64(o, l.sampler.steps_per_epoch);
-    out_printf(o, ", \"harness\": ");
-    out_string(o, HARNESS);
-    out_printf(o, ", \"step_sha256\": [");
-    for (uint64_t g = start; g < stop; g++) {
-        Batch b;
-        unsigned char *d = digests + 32 * (g - start);
-        TRY(rank_batch(&l, g, 0, &epoch, &step, &b));
-        batch_sha256(&b, d);
-        batch_free(&b);
-        out_printf(o, "%s\"", g > start ? ", " : "");
-        for (int i = 0; i < 32; i++) out_printf(o, "%02x", d[i]);
-        out_printf(o, "\"");
+    for (size_t s = 0; s < count; s++) {
+        Digests digests = { 0 };
+        Prefetcher *p = prefetcher_start(build_rank_batch, &ctx, start, stop, settings[s].workers,
+                                         settings[s].prefetch);
+        Built b;
+        const char *why = NULL;
+        while (!why && prefetcher_next(p, &b)) {
+            why = b.why;
+            if (why) break;
+            unsigned char digest[32];
+            batch_sha256(&b.batch, digest);
+            digests_add(&digests, digest);
+            batch_free(&b.batch);
+        }
+        prefetcher_end(p);
+        TRY(why);
+        sha256_hex(digests.data ? digests.data : (unsigned char *)"", digests.len, hex[s]);
+        if (s == 0) {
+            out_printf(o, "{\"steps_per_epoch\": ");
+            out_u64(o, l.sampler.steps_per_epoch);
+            out_printf(o, ", \"step_sha256\": [");
+            for (size_t k = 0; k < digests.len / 32; k++) {
+                out_printf(o, "%s\"", k ? ", " : "");
+                for (int i = 0; i < 32; i++) out_printf(o, "%02x", digests.data[32 * k + i]);
+                out_printf(o, "\"");
+            }
+            out_printf(o, "], \"sha256\": \"%s\"", hex[0]);
+        }
+        free(digests.data);
     }
-    char whole[65];
-    sha256_hex(digests, 32 * (stop - start), whole);
-    out_printf(o, "], \"sha256\": \"%s\"}", whole);
-    free(digests);
+    out_settings(o, settings, count, hex, NULL);
+    out_printf(o, "}");
     sampler_free(&l.sampler);
     return NULL;
 }

@@ -46,13 +46,23 @@ static const char *textlines_from_json(const Json *p, TextLines *t)
     TRY(as_u64(need(p, "num_symbols"), &t->num_symbols));
     TRY(as_u64(need(p, "scale"), &t->scale));
     t->seed = as_mod64(need(p, "seed"));              /* D3: the seed is reduced mod 2^64 */
-    t->noise = (float)as_f64(need(p, "noise"));
-    if (t->scale < 1 || t->scale > 64) return "scale must lie in [1, 64]";
-    if (t->height < 7 * t->scale || t->height > 4096) return "height must lie in [7 * scale, 4096]";
-    if (t->min_length < 1 || t->max_length < t->min_length || t->max_length > 4096)
+    double noise = as_f64(need(p, "noise"));
+    t->noise = (float)noise;
+#ifdef BUG_TEXTLINES_NO_UPPER_BOUNDS
+    const uint64_t most_scale = UINT64_MAX / 7, most_height = UINT64_MAX, most_length = UINT64_MAX;
+#else
+    const uint64_t most_scale = 64, most_height = 4096, most_length = 4096;
+#endif
+    if (t->scale < 1 || t->scale > most_scale) return "scale must lie in [1, 64]";
+    if (t->height < 7 * t->scale || t->height > most_height) return "height must lie in [7 * scale, 4096]";
+    if (t->min_length < 1 || t->max_length < t->min_length || t->max_length > most_length)
         return "need 1 <= min_length <= max_length <= 4096";
     if (t->num_symbols < 1 || t->num_symbols > 16) return "num_symbols must lie in [1, 16]";
-    if (!isfinite(t->noise) || t->noise < 0) return "noise must be finite and >= 0";
+#ifdef BUG_NOISE_CHECKED_IN_DOUBLE
+    if (!isfinite(noise) || noise < 0) return "noise must be finite and >= 0";
+#else
+    if (!isfinite(t->noise) || t->noise < 0) return "noise must be finite and >= 0";   /* f32(noise), as the contract says */
+#endif
     return NULL;
 }
 
