@@ -101,8 +101,24 @@ def _mutations() -> str:
     return "\n".join(rows)
 
 
+def _with_values(node) -> bool:
+    if isinstance(node, dict):
+        return "values_f32" in node or any(_with_values(v) for v in node.values())
+    return isinstance(node, list) and any(_with_values(v) for v in node)
+
+
+def _full_arrays() -> str:
+    """The cases whose vectors carry an array's values, not only its hash."""
+    listed = []
+    for name in VECTOR_FILES:
+        cases = [case["name"] for case in load(name)["cases"] if _with_values(case["output"])]
+        if cases:
+            listed.append(f"`{name}`: " + ", ".join(f"`{case}`" for case in cases))
+    return "; ".join(listed) + "."
+
+
 BLOCKS = {"files": _files, "results-files": _results_files, "harness": _harness, "section7": _section7,
-          "mutations": _mutations}
+          "mutations": _mutations, "full-arrays": _full_arrays}
 
 
 def render(text: str) -> str:

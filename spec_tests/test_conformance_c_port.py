@@ -9,6 +9,8 @@ never imports the package. Each bug rebuilds only the sources that mention its f
 """
 from __future__ import annotations
 
+import copy
+import json
 import os
 import re
 import shlex
@@ -89,7 +91,10 @@ def port(tmp_path_factory):
                               capture_output=True, text=True)
     assert exported.returncode == 0, exported.stdout + exported.stderr
 
-    def run(bug=None):
+    def build(bug=None):
+        exe = root / f"port-{bug or 'clean'}"
+        if exe.exists():
+            return exe
         objects = dict(clean)
         if bug is not None:
             touched = [src for src in clean if bug in src.read_text()]
@@ -97,14 +102,18 @@ def port(tmp_path_factory):
             for src in touched:
                 objects[src] = root / f"{src.stem}.{bug}.o"
                 _compile(cc, src, objects[src], [bug])
-        name = bug or "clean"
-        exe, results = root / f"port-{name}", root / f"results-{name}"
         _link(cc, objects.values(), exe)
+        return exe
+
+    def run(bug=None):
+        name = bug or "clean"
+        exe, results = build(bug), root / f"results-{name}"
         results.mkdir()
         ran = subprocess.run([str(exe), str(vectors), str(results)], capture_output=True, text=True, timeout=120)
         assert ran.returncode == 0, f"the port ({name}) failed:\n{ran.stdout}{ran.stderr}"
         return subprocess.run([sys.executable, "-m", "onemodel_cy", "conformance", "check", str(results)],
                               capture_output=True, text=True, timeout=120)
+    run.build = build
     return run
 
 
@@ -140,3 +149,53 @@ def test_c_port_mutation_is_caught(port, bug):
     assert (first["file"], first["case"]) == (expected_file, expected_case), checked.stdout
     if bug == "BUG_WINDOW_DROPS_TAIL":
         assert "output.settings[workers=1 prefetch=4].sha256" in checked.stdout, checked.stdout
+
+
+def _export(folder: Path) -> Path:
+    done = subprocess.run([sys.executable, "-m", "onemodel_cy", "conformance", "export", str(folder)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return folder
+
+
+def test_c_port_is_clean_under_address_and_leak_sanitizers(tmp_path):
+    """The port as an example port authors copy: built with AddressSanitizer and
+    UndefinedBehaviorSanitizer, it replays every vector (refused inputs included) with no
+    error and no leak, creates its results folder itself, and still conforms."""
+    cc = _compiler()
+    exe = tmp_path / "port-asan"
+    flags = [f for f in CFLAGS if f != "-O2"] + ["-O1", "-g", "-fsanitize=address,undefined",
+                                                 "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer"]
+    built = subprocess.run([*shlex.split(cc), *flags, *map(str, _sources()), "-o", str(exe), "-lm"],
+                           capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+    results = tmp_path / "not-yet" / "results"
+    (tmp_path / "not-yet").mkdir()
+    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:exitcode=23",
+               UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
+    ran = subprocess.run([str(exe), str(_export(tmp_path / "vectors")), str(results)], capture_output=True,
+                         text=True, timeout=300, env=env)
+    assert ran.returncode == 0 and "Sanitizer" not in ran.stderr, ran.stderr[-4000:]
+    checked = subprocess.run([sys.executable, "-m", "onemodel_cy", "conformance", "check", str(results)],
+                             capture_output=True, text=True, timeout=120)
+    assert checked.returncode == 0, checked.stdout[-2000:]
+
+
+def test_c_port_harness_runs_up_to_the_last_64_bit_step(port, tmp_path):
+    """The harness's window is kept as a difference of steps, never ``next + prefetch``:
+    a run ending at 2^64 - 1 (a step the port's unsigned 64-bit steps allow) finishes under
+    a worker thread, and every setting delivers the 0-worker batches."""
+    vectors = _export(tmp_path / "vectors")
+    case = copy.deepcopy(next(c for c in load("stream.json")["cases"]
+                              if c["name"] == "iter_shuffled_resumed_mid_epoch_world_size_1"))
+    top = 2**64 - 1
+    case["input"]["runs"] = [{"start_g": str(top - 3), "stop_g": str(top)}]
+    case["input"]["harness"] = {"workers": ["0", "1", "3"], "prefetch": ["4", "8"]}
+    (vectors / "stream.json").write_text(json.dumps({"section": "§1", "cases": [case]}), encoding="utf-8")
+    exe = port.build()
+    ran = subprocess.run([str(exe), str(vectors), str(tmp_path / "results")], capture_output=True, text=True,
+                         timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    output = json.loads((tmp_path / "results" / "stream.json").read_text())["cases"][0]["output"]
+    assert [b["g"] for run in output["runs"] for b in run["batches"]] == [str(g) for g in range(top - 3, top)]
+    assert len(output["settings"]) == 6 and len({s["sha256"] for s in output["settings"]}) == 1

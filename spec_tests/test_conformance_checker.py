@@ -21,7 +21,8 @@ import pytest
 from onemodel_cy.conformance.checker import check, main, run_self
 from onemodel_cy.conformance.codec import VECTOR_FILES, load
 from onemodel_cy.conformance.harness import under_every_setting
-from onemodel_cy.conformance.replay import LONGEST, differences, short
+from onemodel_cy.conformance.codec import LONGEST, short
+from onemodel_cy.conformance.replay import differences
 
 
 @pytest.fixture(scope="module")
@@ -269,6 +270,46 @@ def test_array_values_that_do_not_match_their_hash_are_reported(own_results):
     assert failures == 1 and "batches[g=0 rank=0].images: the array's values cannot be read" in report
 
 
+@pytest.mark.parametrize("spelling", ["0X3F800000", "0x3F800000", "3f800000", "0x3f8000", "0x03f800000", " 0x3f800000",
+                                      "0x3f80_0000", "+0x3f800000", 1065353216, None])
+def test_values_f32_are_written_one_way(spelling):
+    """Concern: checker hardening (issue 24). A float32 value is "0x" and 8 lowercase hex
+    digits: any other spelling of its bits (upper case, no prefix, short, padded, with
+    underscores or a sign, a number) is a failure naming the entry, even beside a right hash."""
+    expected = load("collate.json")["cases"][0]["output"]["images"]
+    got = copy.deepcopy(expected)
+    got["values_f32"][3] = spelling
+    found = differences({"images": expected}, {"images": got})
+    assert len(found) == 1 and "values_f32[3]" in found[0] and 'write "0x" and 8 lowercase hex digits' in found[0]
+
+
+def test_values_f32_and_data_b64_must_agree():
+    """Concern: checker hardening (issue 24). A port may write both encodings of an array;
+    then both are read, and values that disagree are a failure even when one of them
+    hashes to the right sha256."""
+    expected = load("collate.json")["cases"][0]["output"]["images"]
+    bits = _image_bits(expected)
+    same = dict(copy.deepcopy(expected), data_b64=base64.b64encode(bits.astype("<u4").tobytes()).decode())
+    assert differences({"images": expected}, {"images": same}) == []
+    other = dict(copy.deepcopy(expected), data_b64=base64.b64encode((bits ^ 1).astype("<u4").tobytes()).decode())
+    found = differences({"images": expected}, {"images": other})
+    assert len(found) == 1 and "values_f32 and data_b64 hold different values" in found[0]
+
+
+def test_two_results_files_of_one_name_fail(tmp_path, capsys, own_results):
+    """Concern: checker hardening (issue 24). Two results files answering for one vector
+    file (two folders handed to check) are a failure naming both, never one silently
+    taken; the same file named twice is read once."""
+    _write_all(tmp_path / "a", own_results)
+    _write_all(tmp_path / "b", {"rng.json": own_results["rng.json"]})
+    assert main(["check", str(tmp_path / "a"), str(tmp_path / "a" / "rng.json")]) == 0
+    capsys.readouterr()
+    assert main(["check", str(tmp_path / "a"), str(tmp_path / "b")]) == 1
+    out = capsys.readouterr().out
+    first, second = tmp_path / "a" / "rng.json", tmp_path / "b" / "rng.json"
+    assert f"{second}: a second results file named rng.json, beside {first}" in out and "does NOT conform" in out
+
+
 def test_a_setting_whose_stream_differs_is_handed_in():
     """Concern: §1 worker/prefetch invariance. The replay runs a stream case under every
     harness setting and, when one setting's output differs from the first's, returns that
@@ -302,7 +343,7 @@ def test_the_answer_key_is_refused(tmp_path, capsys, own_results):
     for case, vector in zip(with_inputs["rng.json"]["cases"], load("rng.json")["cases"]):
         case["input"] = vector["input"]
     failures, report = _check(with_inputs)
-    assert failures == 1 and (f"rng.json: cases[0] ({load('rng.json')['cases'][0]['name']}) carries the vectors' "
+    assert failures == 1 and (f"rng.json: cases[0] ({load('rng.json')['cases'][0]['name']!r}) carries the vectors' "
                               f"input: a copy of the answer key") in report
     outputs_only = {name: {"cases": [{"name": c["name"], "output": c["output"]} for c in load(name)["cases"]]}
                     for name in VECTOR_FILES}
@@ -352,6 +393,25 @@ def test_stream_results_must_show_every_harness_setting(own_results):
     _settings_of(digest, "section7_two_epochs_digest")[3]["sha256"] = "f" * 64
     failures, report = _check(digest)
     assert failures == 1 and "section7_two_epochs_digest" in report and "workers=2 prefetch=8" in report
+
+
+@pytest.mark.parametrize("workers", [3, True, "3.0", " 3", "+3", "03", "0_3", "-0", "3\nprefetch=1", None,
+                                     "9" * 500 + "x"])
+def test_settings_are_named_by_decimal_strings(own_results, workers):
+    """Concern: checker hardening (issue 24). A setting's workers and prefetch are written
+    like every integer of the vectors, a decimal string with no sign, padding or other
+    spelling; anything else fails on one short line that shows what was written."""
+    name = "iter_shuffled_dataset_fails_at_index_20_world_size_1"
+    odd = copy.deepcopy(own_results)
+    _settings_of(odd, name)[5]["workers"] = workers
+    failures, report = _check(odd)
+    line = next(line for line in report.splitlines() if "output.settings[5]" in line)
+    assert failures == 1 and "workers and prefetch must be decimal strings" in line and len(line) < 400, line
+    for digits in (500, 5000):          # decimal strings, not settings asked: cut, and never a traceback
+        _settings_of(odd, name)[5]["workers"] = "9" * digits
+        failures, report = _check(odd)
+        line = next(line for line in report.splitlines() if "not a setting this case asks for" in line)
+        assert failures == 1 and len(line) < 400, line
 
 
 def test_a_wrong_digest_step_is_named_before_the_whole_stream(own_results):

@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 import onemodel_cy
-from onemodel_cy.conformance.codec import VECTOR_FILES, VECTORS_DIR, load
+from onemodel_cy.conformance.codec import VECTOR_FILES, VECTORS_DIR, load, short
 from onemodel_cy.conformance.harness import settings_differences
-from onemodel_cy.conformance.replay import differences, is_refusal, replay, short
+from onemodel_cy.conformance.replay import differences, is_refusal, replay
 
 
 def run_self(out_dir=None):
@@ -119,7 +119,7 @@ def answer_key(doc, name):
     for k, case in enumerate(doc["cases"]):
         carried = [key for key in ("input", "pins") if key in case]
         if carried:
-            return (f"{name}: cases[{k}] ({case['name'][:80]}) carries the vectors' {' and '.join(carried)}: "
+            return (f"{name}: cases[{k}] ({short(case['name'])}) carries the vectors' {' and '.join(carried)}: "
                     f"a copy of the answer key is not a port's results (write each case's name and output)")
     return None
 
@@ -206,7 +206,7 @@ def check(results, allow_missing=False, out=None):
 
 def _read_results(paths):
     """{file name: document or ResultsError} for every results file under ``paths``."""
-    results = {}
+    results, read = {}, {}
     for path in paths:
         path = Path(path)
         if not path.exists():
@@ -215,6 +215,13 @@ def _read_results(paths):
         files = sorted(path.glob("*.json")) if path.is_dir() else [path]
         for file in files:
             if path.is_dir() and file.name not in VECTOR_FILES:
+                continue
+            if read.setdefault(file.name, file.resolve()) != file.resolve():
+                # Two files answer for one vector file: neither is taken.
+                results[file.name] = ResultsError(f"{file}: a second results file named {file.name}, beside "
+                                                  f"{read[file.name]} (one per vector file: which is your port's?)")
+                continue
+            if file.name in results:     # the same file named twice
                 continue
             try:
                 results[file.name] = parse_results(file.read_bytes(), str(file))

@@ -14,6 +14,7 @@ import base64
 import hashlib
 import json
 import math
+import re
 import struct
 from pathlib import Path
 
@@ -96,23 +97,38 @@ def f32_array_from(encoded: dict) -> np.ndarray:
     return bits.view(np.float32).reshape(encoded["shape"])
 
 
+# How a float32 value is written: its bits as "0x" and 8 lowercase hex digits, nothing else.
+F32_TEXT = re.compile(r"0x[0-9a-f]{8}")
+
+
 def f32_array_data(encoded: dict):
     """The float32 array a results file wrote in full (``values_f32`` or ``data_b64``, the
     base64 of its little-endian C-order bytes), or ``None`` when it wrote only the hash.
-    Raises ``ValueError`` when the values do not fit the shape."""
+    Raises ``ValueError`` when the values do not fit the shape, a ``values_f32`` entry is
+    not written as F32_TEXT, or both fields are there and disagree."""
     shape = [int(d) for d in encoded["shape"]]
     count = int(np.prod(shape)) if shape else 1
+    arrays = []
     if "values_f32" in encoded:
-        bits = np.array([int(h, 16) for h in encoded["values_f32"]], dtype=np.uint64)
-        if bits.size != count or (bits >> 32).any():
-            raise ValueError(f"values_f32 holds {bits.size} values, the shape {shape} needs {count}")
-        return bits.astype("<u4").view("<f4").reshape(shape)
+        texts = encoded["values_f32"]
+        if not isinstance(texts, list):
+            raise ValueError(f"values_f32 must be a list of \"0x\" + 8 lowercase hex digits, got "
+                             f"{type(texts).__name__}")
+        wrong = next((k for k, h in enumerate(texts) if not (isinstance(h, str) and F32_TEXT.fullmatch(h))), None)
+        if wrong is not None:
+            raise ValueError(f"values_f32[{wrong}] is {texts[wrong]!r:.40}: write \"0x\" and 8 lowercase hex digits")
+        if len(texts) != count:
+            raise ValueError(f"values_f32 holds {len(texts)} values, the shape {shape} needs {count}")
+        bits = np.array([int(h, 16) for h in texts], dtype=np.uint32)
+        arrays.append(bits.astype("<u4").view("<f4").reshape(shape))
     if "data_b64" in encoded:
         raw = base64.b64decode(encoded["data_b64"], validate=True)
         if len(raw) != 4 * count:
             raise ValueError(f"data_b64 holds {len(raw)} bytes, the shape {shape} needs {4 * count}")
-        return np.frombuffer(raw, dtype="<f4").reshape(shape)
-    return None
+        arrays.append(np.frombuffer(raw, dtype="<f4").reshape(shape))
+    if len(arrays) == 2 and arrays[0].view("<u4").tobytes() != arrays[1].view("<u4").tobytes():
+        raise ValueError("values_f32 and data_b64 hold different values (write one, or the same values twice)")
+    return arrays[0] if arrays else None
 
 
 def batch_digest(arrays) -> bytes:
@@ -156,6 +172,20 @@ def encode_draw(method: str, value) -> str:
     if method == "next_double":
         return f64_hex(value)
     raise ValueError(f"unknown SampleRng method {method!r}")
+
+
+# ---------------------------------------------------------------- messages
+
+LONGEST = 80    # characters of a value shown in a message
+
+
+def short(value) -> str:
+    """``repr(value)``, cut to LONGEST characters (a port may hand in a 100,000-digit number)."""
+    try:
+        text = repr(value)
+    except RecursionError:
+        return f"<a {type(value).__name__} nested too deeply to show>"
+    return text if len(text) <= LONGEST else f"{text[:LONGEST - 20]}...{text[-12:]} ({len(text)} characters)"
 
 
 # ---------------------------------------------------------------- specs

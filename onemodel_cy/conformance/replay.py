@@ -16,7 +16,7 @@ from onemodel_cy.conformance.harness import under_every_setting
 from onemodel_cy.conformance.textlines import replay_textlines
 from onemodel_cy.conformance.codec import (BATCH_FIELDS, build_augmentation, build_gain_offset_copy,
                                            build_sampler, cumulative_bounds, encode_batch, encode_draw, f32_array,
-                                           f32_array_data, f32_array_from, f32_hex, f64_hex, from_f64_hex, ints)
+                                           f32_array_data, f32_array_from, f32_hex, f64_hex, from_f64_hex, ints, short)
 
 # Output fields written for people (walk and draw counts, the wrong float64 route shown
 # for contrast, the worker settings a stream ran under); not compared.
@@ -323,18 +323,6 @@ _OPS = {"draws": _draws, "sequence": _sequence, "mix": _mix, "derive": _derive, 
         "gray8": _planar, "rgb8": _planar, "synthetic": _synthetic, "stream": _stream,
         "mixing_pick": _mixing_pick, "stream_iter": _stream_iter, "stream_digest": _stream_digest}
 _OPS["textlines"] = replay_textlines    # SyntheticTextLines: its own module (conformance/textlines.py)
-
-
-LONGEST = 80    # characters of a value shown in a message
-
-
-def short(value) -> str:
-    """``repr(value)``, cut to LONGEST characters (a port may hand in a 100,000-digit number)."""
-    try:
-        text = repr(value)
-    except RecursionError:
-        return f"<a {type(value).__name__} nested too deeply to show>"
-    return text if len(text) <= LONGEST else f"{text[:LONGEST - 20]}...{text[-12:]} ({len(text)} characters)"
 
 
 def is_refusal(output) -> bool:

@@ -44,7 +44,8 @@ static void *work(void *arg)
     Prefetcher *p = arg;
     pthread_mutex_lock(&p->mutex);
     for (;;) {
-        while (!p->ending && !(p->next_to_build < p->stop && p->next_to_build < p->next_to_take + p->prefetch))
+        /* next_to_build - next_to_take, never next_to_take + prefetch: steps run up to 2^64 - 1. */
+        while (!p->ending && !(p->next_to_build < p->stop && p->next_to_build - p->next_to_take < p->prefetch))
             pthread_cond_wait(&p->changed, &p->mutex);
         if (p->ending) break;
         uint64_t g = p->next_to_build++;
@@ -85,7 +86,7 @@ int prefetcher_next(Prefetcher *p, Built *out)
 {
     if (p->next_to_take >= p->stop) return 0;
 #ifdef BUG_WINDOW_DROPS_TAIL
-    if (p->started && p->next_to_take + p->prefetch > p->stop) return 0;
+    if (p->started && p->stop - p->next_to_take < p->prefetch) return 0;
 #endif
     if (p->started == 0) {                      /* 0 workers: built here, when asked for */
         build_into(p, p->next_to_take++, out);

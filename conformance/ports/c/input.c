@@ -74,7 +74,17 @@ const char *sources_from_json(const Json *list, Sampler *s)
     return NULL;
 }
 
+static const char *sampler_fields(const Json *spec, Sampler *s);
+
+/* The sampler a vector's spec describes; a refused one is freed (nothing to release). */
 const char *sampler_from_json(const Json *spec, Sampler *s)
+{
+    const char *why = sampler_fields(spec, s);
+    if (why) sampler_free(s);
+    return why;
+}
+
+static const char *sampler_fields(const Json *spec, Sampler *s)
 {
     const char *kind = need(spec, "kind")->text;
     memset(s, 0, sizeof *s);

@@ -173,7 +173,26 @@ static int parse_value(Parser *p, Json *v, int depth)
     }
 }
 
-/* The whole file is read and parsed; the tree is never freed (the program is short-lived). */
+static void free_items(Json *v)
+{
+    size_t items = v->type == J_ARRAY || v->type == J_OBJECT ? v->len : 0;     /* a string's len is its length */
+    for (size_t i = 0; i < items; i++) {
+        free_items(&v->items[i]);
+        if (v->keys) free(v->keys[i]);
+    }
+    free(v->items);
+    free(v->keys);
+    free(v->text);
+}
+
+void json_free(Json *root)
+{
+    if (!root) return;
+    free_items(root);
+    free(root);
+}
+
+/* The whole file is read and parsed; json_free releases the tree. */
 Json *json_parse_file(const char *path, char *err, size_t err_size)
 {
     FILE *f = fopen(path, "rb");
@@ -191,7 +210,11 @@ Json *json_parse_file(const char *path, char *err, size_t err_size)
     }
     if (p.error) snprintf(err, err_size, "%s: %s at byte %ld", path, p.error, (long)(p.s - text));
     free(text);              /* the tree holds copies of its strings */
-    return p.error ? NULL : root;
+    if (p.error) {
+        json_free(root);
+        return NULL;
+    }
+    return root;
 }
 
 const Json *json_get(const Json *object, const char *key)

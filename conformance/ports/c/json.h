@@ -19,6 +19,7 @@ typedef struct Json {
 
 /* The parsed file, or NULL with a message in err (which names the byte offset). */
 Json *json_parse_file(const char *path, char *err, size_t err_size);
+void json_free(Json *root);
 const Json *json_get(const Json *object, const char *key);      /* NULL if absent */
 const Json *json_at(const Json *array, size_t i);
 

@@ -1,13 +1,16 @@
 /* The C port's driver: replays every exported vector file and writes a results file of the
  * same name for `onemodel-cy conformance check`.
  *
- *     port VECTORS_DIR RESULTS_DIR
+ *     port VECTORS_DIR RESULTS_DIR      (RESULTS_DIR is created if it does not exist)
  */
+#define _POSIX_C_SOURCE 200809L     /* mkdir */
 #include "input.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const char *const FILES[] = { "rng.json", "permutation.json", "samplers.json", "collate.json",
                                      "image.json", "synthetic.json", "stream.json", "textlines.json" };
@@ -70,19 +73,23 @@ static int replay_file(const char *vectors, const char *results, const char *fil
     out_printf(&out, "\n]}\n");
     snprintf(path, sizeof path, "%s/%s", results, file);
     FILE *f = fopen(path, "wb");
-    if (!f || fwrite(out.data, 1, out.len, f) != out.len || fclose(f)) {
-        fprintf(stderr, "cannot write %s\n", path);
-        return 1;
-    }
+    int written_out = f && fwrite(out.data, 1, out.len, f) == out.len;
+    if (f && fclose(f)) written_out = 0;
+    if (!written_out) fprintf(stderr, "cannot write %s\n", path);
+    if (written_out) printf("%s: %d of %zu cases written\n", file, written, array_len(cases));
     free(out.data);
-    printf("%s: %d of %zu cases written\n", file, written, array_len(cases));
-    return 0;
+    json_free(doc);
+    return written_out ? 0 : 1;
 }
 
 int main(int argc, char **argv)
 {
     if (argc != 3) {
         fprintf(stderr, "usage: %s VECTORS_DIR RESULTS_DIR\n", argv[0]);
+        return 2;
+    }
+    if (mkdir(argv[2], 0777) != 0 && errno != EEXIST) {
+        fprintf(stderr, "cannot create the results folder %s: %s\n", argv[2], strerror(errno));
         return 2;
     }
     int failed = 0;

@@ -56,16 +56,18 @@ const char *op_collate(const Json *in, Out *o)
     TRY(as_u64(need(in, "slot_offset"), &first_slot));
     Sample *samples = calloc(count + 1, sizeof *samples);
     int64_t *indices = calloc(count + 1, sizeof *indices);
-    TRY(collate_samples(in, samples, indices, count));
-    TRY(collate(&col, samples, indices, count, seed, epoch, step, first_slot, &batch));
-    out_printf(o, "{");
-    out_batch_fields(o, &batch);
-    out_printf(o, "}");
-    batch_free(&batch);
-    for (size_t k = 0; k < count; k++) sample_free(&samples[k]);
+    const char *why = collate_samples(in, samples, indices, count);
+    if (!why) why = collate(&col, samples, indices, count, seed, epoch, step, first_slot, &batch);
+    if (!why) {
+        out_printf(o, "{");
+        out_batch_fields(o, &batch);
+        out_printf(o, "}");
+        batch_free(&batch);
+    }
+    for (size_t k = 0; k < count; k++) sample_free(&samples[k]);     /* calloc'd: unread ones are empty */
     free(samples);
     free(indices);
-    return NULL;
+    return why;
 }
 
 /* gray8 (one mean and std) or rgb8 (three of each); scale and bias are written too. */
@@ -85,14 +87,20 @@ const char *op_planar(const Json *in, Out *o)
     if (height > (1u << 24) || width > (1u << 24)) return "the image is too large";
     size_t len = array_len(src);
     uint8_t *bytes = malloc(len + 1);
-    for (size_t i = 0; i < len; i++) {
-        uint64_t b;
-        TRY(as_u64(json_at(src, i), &b));
-        if (b > 255) return "a byte must lie in [0, 255]";
-        bytes[i] = (uint8_t)b;
-    }
     float *out = malloc(channels * height * width * sizeof(float) + 1);
-    TRY(u8_to_planar(bytes, len, channels, height, width, stride, mean, std, out));
+    const char *why = NULL;
+    for (size_t i = 0; i < len && !why; i++) {
+        uint64_t b;
+        why = as_u64(json_at(src, i), &b);
+        if (!why && b > 255) why = "a byte must lie in [0, 255]";
+        if (!why) bytes[i] = (uint8_t)b;
+    }
+    if (!why) why = u8_to_planar(bytes, len, channels, height, width, stride, mean, std, out);
+    if (why) {
+        free(bytes);
+        free(out);
+        return why;
+    }
     size_t shape[3] = { channels, height, width };
     out_printf(o, "{\"planar\": ");
     out_f32_array(o, out, shape, 3);

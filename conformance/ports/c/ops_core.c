@@ -176,19 +176,21 @@ const char *op_sampler_error(const Json *in, Out *o)
     Sampler s;
     TRY(sampler_from_json(need(in, "sampler"), &s));
     const Json *call = json_get(in, "call");
+    const char *why = NULL;
     if (call) {
         uint64_t epoch, step;
         size_t count;
-        TRY(as_u64(need(call, "epoch"), &epoch));
-        TRY(as_u64(need(call, "step"), &step));
-        uint64_t *batch = malloc(s.batch_size * sizeof *batch);
-        const char *why = sampler_indices(&s, epoch, step, batch, &count);
-        free(batch);
-        TRY(why);
+        why = as_u64(need(call, "epoch"), &epoch);
+        if (!why) why = as_u64(need(call, "step"), &step);
+        if (!why) {
+            uint64_t *batch = malloc(s.batch_size * sizeof *batch);
+            why = sampler_indices(&s, epoch, step, batch, &count);
+            free(batch);
+        }
     }
     sampler_free(&s);
-    out_printf(o, "{\"accepted\": true}");
-    return NULL;
+    if (!why) out_printf(o, "{\"accepted\": true}");
+    return why;
 }
 
 /* D10 one pick at a time: a mixing sampler of batch 1 and 1 step per epoch, with each
@@ -200,8 +202,12 @@ const char *op_mixing_pick(const Json *in, Out *o)
     memset(&s, 0, sizeof s);
     s.kind = MIXING;
     s.batch_size = s.steps_per_epoch = 1;
-    TRY(sources_from_json(need(in, "sources"), &s));
-    TRY(sampler_check(&s));
+    const char *why = sources_from_json(need(in, "sources"), &s);
+    if (!why) why = sampler_check(&s);
+    if (why) {
+        sampler_free(&s);
+        return why;
+    }
     size_t n = array_len(picks), *sources = malloc((n + 1) * sizeof *sources);
     uint64_t *indices = malloc((n + 1) * sizeof *indices);
     for (size_t k = 0; k < n; k++) {
