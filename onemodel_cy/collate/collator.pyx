@@ -26,6 +26,7 @@ from onemodel_cy.collate.bufferpool cimport BufferPool, Block
 from onemodel_cy.collate.batch cimport BatchLayout, ImageBatch, plan_layout, batch_in_block
 from onemodel_cy.data.datasets cimport Sample, PIXELS_FLOAT32, PIXELS_GRAY8
 from onemodel_cy.collate.pacing cimport Pacing
+from onemodel_cy.collate.profile cimport StageClock, clock_ns
 from onemodel_cy.data.row cimport convert_image, convert_gray, simd_level, stream_fence, prefetch
 
 cnp.import_array()
@@ -78,6 +79,9 @@ cdef class Workspace:
         Length of the index array the sampler fills.
     pacing : Pacing, optional
         The baton the loader's workers share; None takes no baton.
+    clock : StageClock, optional
+        The loader's counters (``DataLoader.profile()``): the Python stages and the copies
+        of the batches built with this workspace add their time there; None counts nothing.
     """
 
     def __cinit__(self):
@@ -87,10 +91,11 @@ cdef class Workspace:
         self.keep = []
         self.scratch_pool = BufferPool()
 
-    def __init__(self, batch_size=0, Pacing pacing=None):
+    def __init__(self, batch_size=0, Pacing pacing=None, StageClock clock=None):
         cdef Py_ssize_t n = as_size(batch_size, "batch_size")
         self.indices = np.empty(n, dtype=np.int64)
         self.pacing = pacing
+        self.clock = clock
 
     def __dealloc__(self):
         free(self.jobs)
@@ -407,6 +412,8 @@ cdef class ImageBatchCollator:
         cdef Block block = self.plan(jobs, n, channels, height, &layout, &total_width)
         cdef float* images = <float*>block.data
         cdef Pacing pacing = ws.pacing
+        cdef StageClock clock = ws.clock
+        cdef i64 started
         with nogil:
             if pacing is not None:
                 pacing.give_back(baton)
@@ -417,8 +424,11 @@ cdef class ImageBatchCollator:
         with nogil:
             if pacing is not None:
                 pacing.give_back(baton)
+            started = clock_ns() if clock is not None else 0
             copy_images(jobs, n, images, &layout, &self._kernel, seed64, epoch64, step64, first_slot,
                         self.pad_value)
+        if clock is not None:
+            clock.copy_ns += clock_ns() - started
         return batch_in_block(block, &layout, epoch_value, step_value, global_step)
 
     cdef Block plan(self, const SlotJob* jobs, Py_ssize_t n, Py_ssize_t channels, Py_ssize_t height,
@@ -450,8 +460,10 @@ cdef class ImageBatchCollator:
         cdef Py_ssize_t rows = channels * height
         cdef float* staged = ws.stage(checked_mul(rows, total_width, "the augmentation's staging scratch"))
         cdef Pacing pacing = ws.pacing
+        cdef StageClock clock = ws.clock
         cdef Py_ssize_t parts = 1 if pacing is None else pacing.stage_parts
         cdef Py_ssize_t part, lo, hi, j
+        cdef i64 started, copied
         for part in range(parts):
             lo = part_start(n, parts, part)
             hi = part_start(n, parts, part + 1)
@@ -460,9 +472,13 @@ cdef class ImageBatchCollator:
             with nogil:
                 if pacing is not None:
                     pacing.give_back(baton)
+                started = clock_ns() if clock is not None else 0
                 stage_slots(ws.jobs, lo, hi, channels, height, &staged)
+                copied = clock_ns() if clock is not None else 0
                 if pacing is not None:
                     baton[0] = pacing.take()
+            if clock is not None:
+                clock.copy_ns += copied - started
             for j in range(lo, hi):
                 try:
                     self.augment_slot(ws, &ws.jobs[j], channels, height, seed, epoch, step, first_slot + j)
@@ -484,7 +500,11 @@ cdef class ImageBatchCollator:
         cnp.set_array_base(scratch, ws.scratch)
         cdef SampleRng rng = SampleRng.__new__(SampleRng)
         rng._state = derive_seed(seed, epoch, step, <u64>slot, STREAM_AUGMENTATION)
+        cdef StageClock clock = ws.clock
+        cdef i64 started = clock_ns() if clock is not None else 0
         result = self.augmentation(scratch, rng)
+        if clock is not None:
+            clock.augmentation_ns += clock_ns() - started
         if result is not None and result is not scratch:
             raise TypeError(f"slot {slot} (dataset index {job.index}): the augmentation must edit its "
                             f"scratch in place and return None, received a {type(result).__name__}; "
