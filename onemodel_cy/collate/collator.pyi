@@ -19,6 +19,7 @@ STREAMED_BATCH_BYTES: int
 
 # The gray 8-bit kernel level this CPU runs (2 AVX-512, 1 AVX2, 0 portable); with `cap`,
 # lower the level used (tests) and return the previous cap.
+def streamed_bytes(nbytes: SupportsIndex | None = None) -> int: ...
 def simd_kernels(cap: SupportsIndex | None = None) -> int: ...
 
 # aug(image, rng) edits a contiguous float32 [C, H, W] scratch in place (returns None or it).
