@@ -1,8 +1,9 @@
 """``DataLoader.profile()``: where a loader's time went, as figures a training loop can log.
 
-The counters are a ``collate.profile.StageClock`` per loader, always on (two clock reads
-per batch and per Python stage call; the overhead measured is in docs/performance.md,
-"Where the time went"). This module only reads them and says what they mean.
+The counters are a ``collate.profile.StageClock`` per loader, always on (a few clock reads
+per batch, two per sample with a transform; the overhead measured is in
+docs/performance.md, "Where the time went"). This module only reads them and says what
+they mean.
 """
 from __future__ import annotations
 

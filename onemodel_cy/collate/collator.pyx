@@ -505,6 +505,7 @@ cdef class ImageBatchCollator:
                     baton[0] = pacing.take()
             if clock is not None:
                 clock.copy_ns += copied - started
+                started = clock_ns()     # (after the baton's wait)
             for j in range(lo, hi):
                 try:
                     self.augment_slot(ws, &ws.jobs[j], channels, height, seed, epoch, step, first_slot + j)
@@ -512,6 +513,8 @@ cdef class ImageBatchCollator:
                     add_note(error, f"onemodel_cy: while building {step_name(global_step, epoch_value, step_value)}, "
                                     f"slot {first_slot + j}, dataset index {ws.jobs[j].index}")
                     raise
+            if clock is not None:       # the part's calls, with their scratch views and rngs
+                clock.augmentation_ns += clock_ns() - started
 
     cdef augment_slot(self, Workspace ws, SlotJob* job, Py_ssize_t channels, Py_ssize_t height,
                       u64 seed, u64 epoch, u64 step, Py_ssize_t slot):
@@ -526,11 +529,7 @@ cdef class ImageBatchCollator:
         cnp.set_array_base(scratch, ws.scratch)
         cdef SampleRng rng = SampleRng.__new__(SampleRng)
         rng._state = derive_seed(seed, epoch, step, <u64>slot, STREAM_AUGMENTATION)
-        cdef StageClock clock = ws.clock
-        cdef i64 started = clock_ns() if clock is not None else 0
         result = self.augmentation(scratch, rng)
-        if clock is not None:
-            clock.augmentation_ns += clock_ns() - started
         if result is not None and result is not scratch:
             raise TypeError(f"slot {slot} (dataset index {job.index}): the augmentation must edit its "
                             f"scratch in place and return None, received a {type(result).__name__}; "

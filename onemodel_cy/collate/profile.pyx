@@ -4,7 +4,9 @@ One :class:`StageClock` per loader, in each process. The consumer adds the time 
 building batches itself and waiting in an engine's ``take``; every thread that builds
 with the loader's workspaces (the consumer, worker threads) adds the time of its Python
 stages (``get_sample``, the transform, a Python augmentation) and of its copies. Always
-on: a clock read costs tens of nanoseconds, two per stage call and two per batch
+on: a clock read costs tens of nanoseconds, and a batch takes a few (around its
+``get_sample`` loop, each staging part's augmentation calls and each copy; two a sample
+only with a transform, to tell it from ``get_sample``), and the consumer's stopwatch two
 (docs/performance.md, "Where the time went"). A worker process keeps its own figures;
 the consumer sees only its waits. The sums are added under the GIL by the thread that
 measured them (on a free-threaded build two threads may lose an addition: the figures
