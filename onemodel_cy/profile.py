@@ -98,7 +98,8 @@ class LoaderProfile:
         lines = [f"{self.batches} batches in {self.wall_s:.3f} s, {self.workers} workers "
                  f"({self.worker_mode} mode); on the consumer:",
                  line("building", self.build_s), line("waiting", self.wait_s), line("outside", self.other_s),
-                 "on the threads that built (Python stages and copies):",
+                 "on the threads of this process that built (Python stages and copies)"
+                 + (", not the worker processes':" if self.worker_mode == "process" and self.workers else ":"),
                  line("get_sample", self.get_sample_s), line("transform", self.transform_s),
                  line("augmentation", self.augmentation_s), line("copies", self.copy_s)]
         if self.advice:

@@ -109,6 +109,7 @@ def test_the_advice_names_process_workers_when_python_stages_bound_thread_worker
     assert 'worker_mode="process"' in _figures().advice
     assert 'worker_mode="process"' in str(_figures())
     assert _figures(worker_mode="process").advice is None            # already processes
+    assert "not the worker processes'" in str(_figures(worker_mode="process"))
     assert _figures(get_sample_s=1.0, augmentation_s=0.5).advice is None  # mostly copies
     assert _figures(wait_s=1.0).advice is None                       # the training loop is the bound
 

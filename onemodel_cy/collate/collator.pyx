@@ -45,7 +45,8 @@ STREAMED_BATCH_BYTES = STREAM_MIN_BYTES     # the default, for tests and benchma
 # the prefetch instruction, 7 % of a 2-worker run at batch 32).
 cdef Py_ssize_t PREFETCH_BYTES = 512
 # The widest SIMD the gray 8-bit kernels may use (src/row.h om_convert_gray: 2
-# AVX-512, 1 AVX2, 0 none); only tests lower it, to check every kernel on one machine.
+# AVX-512, 1 AVX2, 0 none), and below 1 no float32 streaming stores either (AVX2's); only
+# tests lower it, to check every kernel on one machine.
 cdef int simd_cap = 2
 
 
