@@ -89,16 +89,29 @@ class TwoCopies:
         for conn in self.pipes:
             conn.recv()
 
-    def rate(self, n):
-        """Batches per second of both copies building n / 2 batches each at once."""
+    def run(self, n):
+        """(batches built, seconds) of both copies building n / 2 batches each at once."""
         start = time.perf_counter()
         for conn in self.pipes:
             conn.send(n // 2)
         for conn in self.pipes:
             conn.recv()
-        return (n // 2) * 2 / (time.perf_counter() - start)
+        return (n // 2) * 2, time.perf_counter() - start
+
+    def rate(self, n):
+        """Batches per second of both copies building n / 2 batches each at once."""
+        count, elapsed = self.run(n)
+        return count / elapsed
 
     def close(self):
         for conn, process in zip(self.pipes, self.processes):
             conn.send(None)
             process.join(10)
+
+
+def against_ceiling(label, two_workers, zero_workers, ceiling):
+    """The sentence every benchmark prints for a 2-worker figure: its ratio to the 0-worker
+    figure and to the two-process ceiling measured in the same rounds (the ceiling's own
+    ratio to 0 workers says how much two cores give this work on this machine right now)."""
+    return (f"{label}: 2 workers / 0 workers {two_workers / zero_workers:.2f}; 2 workers / the ceiling "
+            f"{two_workers / ceiling:.2f} (the ceiling / 0 workers {ceiling / zero_workers:.2f})")

@@ -17,7 +17,9 @@ batch size and image width.
 Groups of configurations (``--only``; the floor is always measured):
 
 * ``loader``: the fast and the generic path, each repetition a slice of one long stream
-  after warm-up (batches closed at once);
+  after warm-up, and the ceiling of each: two processes, each running its own 0-worker
+  loop, timed together in the same rounds (what 2 workers would reach if handing batches
+  between threads cost nothing; every 2-worker figure is printed against it);
 * ``epochs``: the training loop ``for epoch: loader.set_epoch(epoch); for batch in loader``,
   at 0 and 2 workers, every epoch's start and end inside the timing;
 * ``fresh``: each repetition fresh ``loader.iter(start, start + k)`` streams of k = 64-128
@@ -25,8 +27,8 @@ Groups of configurations (``--only``; the floor is always measured):
 * ``peers``: torch and Grain, when installed;
 * ``scaling``: the cost-growth table.
 
-``epochs`` and ``fresh`` hold the last 2 batches alive while the next one is built, as a
-training loop does.
+Every consumer holds its last 2 batches alive while the next one is built, as a training
+loop does.
 """
 from __future__ import annotations
 
@@ -40,10 +42,11 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _timing import round_robin, summary, timed  # noqa: E402
+from _timing import TwoCopies, against_ceiling, round_robin, summary, timed  # noqa: E402
 from peers import available_peers  # noqa: E402
 from workload import (BATCH, HEIGHT, HELD, MAX_W, MIN_W, MULTIPLE, PREFETCH, COUNT, Case,  # noqa: E402
-                      FloorCase, StoredSamples, consume, leave_as_is, make_pipeline, pipeline, workload_dataset)
+                      FloorCase, StoredSamples, consume, leave_as_is, make_pipeline, pipeline, workload_dataset,
+                      zero_worker_run)
 
 from onemodel_cy.testing import _alloccount  # noqa: E402
 
@@ -59,8 +62,7 @@ class LoaderCase(Case):
 
     def __init__(self, workers, generic=False):
         self.workers, self.generic = workers, generic
-        kind = "generic path (Python dataset + Python aug)" if generic else "onemodel_cy fast path"
-        self.name = f"{kind}, {workers} workers"
+        self.name = f"{path_name(generic)}, {workers} workers"
 
     def setup(self):
         self.loader = make_pipeline(self.workers, self.generic)
@@ -70,7 +72,7 @@ class LoaderCase(Case):
         warm = 2 * PREFETCH + self.workers
         with self.loader.iter(self.next, self.next + warm + n) as stream:
             consume(itertools.islice(stream, warm))
-            result = timed(lambda: consume(stream))
+            result = timed(lambda: consume(stream, HELD))
         self.next += warm + n
         return result
 
@@ -85,6 +87,32 @@ class LoaderCase(Case):
             consume(stream)
             bytes1, calls1 = _alloccount.thread_allocated()
         return (bytes1 - bytes0) / n, (calls1 - calls0) / n, pool.stats()["misses"] - misses
+
+
+def path_name(generic):
+    return "generic path (Python dataset + Python aug)" if generic else "onemodel_cy fast path"
+
+
+class CeilingCase(Case):
+    """Two processes, each running its own 0-worker loop of one path (holding HELD), timed
+    together: the ceiling of two cores for that work, measured in the same rounds."""
+
+    def __init__(self, generic=False):
+        self.generic = generic
+        self.name = ceiling_name(generic)
+
+    def setup(self):
+        self.copies = TwoCopies(zero_worker_run, self.generic)
+
+    def run(self, n):
+        return self.copies.run(n)
+
+    def teardown(self):
+        self.copies.close()
+
+
+def ceiling_name(generic):
+    return f"ceiling: 2 processes, each its own {path_name(generic)} 0-worker loop"
 
 
 class OwnShareCase(LoaderCase):
@@ -204,6 +232,10 @@ def select_cases(groups):
     ours = ([LoaderCase(w) for w in (0, 1, 2, 4)] + [LoaderCase(w, generic=True) for w in (0, 2)]
             if "loader" in groups else [])
     cases = [FloorCase(1), FloorCase(2)] + ours
+    if groups & {"loader", "epochs", "fresh"}:
+        cases.append(CeilingCase())
+    if "loader" in groups:
+        cases.append(CeilingCase(generic=True))
     if "epochs" in groups:
         cases += [EpochCase(0), EpochCase(2)]
     if "fresh" in groups:
@@ -250,14 +282,21 @@ def notes(medians, cases, ours, quick):
                      f"allocate nothing the loader's own share is {per_batch:,.0f} bytes ({calls:.1f} "
                      f"allocations) per batch: the index ints passed to get_sample and the scratch arrays "
                      f"handed to the augmentation.")
-        fast0, fast2 = medians["onemodel_cy fast path, 0 workers"], medians["onemodel_cy fast path, 2 workers"]
-        lines.append(f"Fast path 2 workers / 0 workers: {fast2 / fast0:.2f}; 2 workers / 2-thread floor: "
-                     f"{fast2 / medians['floor (numpy copy), 2 threads']:.2f}.")
+        fast2 = medians["onemodel_cy fast path, 2 workers"]
+        lines.append(f"Fast path 2 workers / 2-thread floor: {fast2 / medians['floor (numpy copy), 2 threads']:.2f}.")
+        for generic in (False, True):
+            lines.append(against_ceiling(path_name(generic), medians[f"{path_name(generic)}, 2 workers"],
+                                         medians[f"{path_name(generic)}, 0 workers"],
+                                         medians[ceiling_name(generic)]) + ".")
     for case in cases:
         long_stream = f"onemodel_cy fast path, {getattr(case, 'workers', None)} workers"
         if getattr(case, "pattern", None) and long_stream in medians:
             lines.append(f"{case.pattern}, {case.workers} workers / one long stream: "
                          f"{medians[case.name] / medians[long_stream]:.2f}.")
+        if getattr(case, "pattern", None) and case.workers == 2:
+            zero = next(c for c in cases if type(c) is type(case) and c.workers == 0)
+            lines.append(against_ceiling(case.pattern, medians[case.name], medians[zero.name],
+                                         medians[ceiling_name(False)]) + ".")
     return lines
 
 

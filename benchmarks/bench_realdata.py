@@ -35,7 +35,7 @@ import time
 import numpy as np
 
 import onemodel_cy as om
-from _timing import TwoCopies, round_robin, summary
+from _timing import TwoCopies, against_ceiling, round_robin, summary
 
 BATCH, HEIGHT, MEAN, STD, PAD, MULTIPLE = 32, 32, 0.5, 0.25, 0.0, 8
 HOLD = 2       # batches the consumer holds while the next is built, as a training loop does
@@ -373,9 +373,8 @@ def main(argv=None):
         p0 = medians["onemodel_cy, PackedImageDataset, 0 workers"]
         p2 = medians["onemodel_cy, PackedImageDataset, 2 workers"]
         top = medians[CeilingCase.name]
-        print(f"\npacked 2 workers / 0 workers: {p2 / p0:.2f}; packed 0 workers / floor: "
-              f"{p0 / medians[FloorCase.name]:.2f}; the ceiling / packed 0 workers: {top / p0:.2f}; "
-              f"packed 2 workers / the ceiling: {p2 / top:.2f}")
+        print(f"\npacked 0 workers / floor: {p0 / medians[FloorCase.name]:.2f}; "
+              + against_ceiling("packed", p2, p0, top))
         if args.large:
             large_pack(args.large, folder)
 

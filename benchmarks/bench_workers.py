@@ -26,8 +26,9 @@ The second table: a dataset whose reads wait 2 ms and need almost no CPU (batch 
 that the scaling of the engines shows even when other work keeps the cores busy.
 
 The third table is the §7 workload (``workload.py``: built-in dataset and GainOffset,
-batch 128, prefetch 8) at 2 and 1 workers in thread and in process mode, slices of 256
-batches, the last 2 batches held as a training loop does.
+batch 128, prefetch 8) at 0 workers, at 2 and 1 workers in thread and in process mode, and
+its two-process ceiling, slices of 256 batches, the last 2 batches held as a training loop
+does.
 """
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import onemodel_cy as om  # noqa: E402
-from _timing import TwoCopies, round_robin, seconds, summary  # noqa: E402
+from _timing import TwoCopies, against_ceiling, round_robin, seconds, summary  # noqa: E402
 import workload  # noqa: E402
 
 MULTIPLE = 4
@@ -230,13 +231,17 @@ def waiting(repeats):
 
 
 def fast_path(repeats):
-    loaders = {}
+    loaders = {"0 workers": workload.make_pipeline(workers=0)}
     for workers in (2, 1):
         for mode in ("thread", "process"):
             loader = workload.make_pipeline(workers=workers)
             loader.worker_mode = mode
             loaders[f"{mode} mode, {workers} worker{'s' if workers > 1 else ''}"] = loader
-    return [("§7", *row) for row in measure(loaders, 256, repeats, held=workload.HELD)]
+    ceiling = TwoCopies(workload.zero_worker_run)
+    try:
+        return [("§7", *row) for row in measure(loaders, 256, repeats, held=workload.HELD, ceiling=ceiling)]
+    finally:
+        ceiling.close()
 
 
 def print_table(rows, ratio_label):
@@ -257,12 +262,20 @@ def main():
     rows = python_heavy(args.repeats, args.epochs)
     print_table(rows, "× threads, 0 workers")
     medians = {(name, label): median for name, label, median, *_ in rows}
-    print("\nprocesses, 2 workers / the ceiling: " + ", ".join(
-        f"{name} {medians[(name, 'processes, 2 workers')] / medians[(name, CEILING)]:.2f}" for name in SETS))
+    print()
+    for name in SETS:
+        print(against_ceiling(f"{name}, processes", medians[(name, "processes, 2 workers")],
+                              medians[(name, "threads, 0 workers")], medians[(name, CEILING)]))
     print()
     print_table(waiting(args.repeats), "× threads, 0 workers")
     print()
-    print_table(fast_path(args.repeats), "× thread mode, 2 workers")
+    rows = fast_path(args.repeats)
+    print_table(rows, "× 0 workers")
+    medians = {label: median for _, label, median, *_ in rows}
+    print()
+    for mode in ("thread", "process"):
+        print(against_ceiling(f"§7, {mode} mode", medians[f"{mode} mode, 2 workers"], medians["0 workers"],
+                              medians[CEILING]))
 
 
 if __name__ == "__main__":

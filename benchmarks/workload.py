@@ -49,6 +49,20 @@ def pipeline(dataset, augmentation, workers=0, batch=BATCH, seed=0):
                          workers=workers, prefetch=PREFETCH)
 
 
+def zero_worker_run(generic=False):
+    """The 0-worker training loop of the §7 loader as a function ``run(n)`` taking the next
+    n batches of one endless stream, holding the last HELD (for ``_timing.TwoCopies``)."""
+    stream = make_pipeline(0, generic).iter(0)
+    held = deque()
+
+    def run(n):
+        for _ in range(n):
+            held.append(next(stream))
+            if len(held) > HELD:
+                held.popleft().close()
+    return run
+
+
 def consume(batches, held=None) -> int:
     """Take every batch of ``batches``; with ``held`` keep the last ``held`` of them alive
     while the next is built, as a training loop does (otherwise close each at once).

@@ -17,6 +17,7 @@ from onemodel_cy.data.image import gray8_to_planar, rgb8_to_planar
 from onemodel_cy.data.packed import PackedImageDataset
 from onemodel_cy.data.pack import PackError, PackReport, pack
 from onemodel_cy.loader import DataLoader, threads_available
+from onemodel_cy.profile import LoaderProfile
 from onemodel_cy.stream import BatchStream
 from onemodel_cy.workers.protocol import StuckWorkerWarning
 
@@ -32,5 +33,5 @@ __all__ = [
     "BufferPool", "ImageBatchCollator", "ImageBatch", "Augmentation", "GainOffset", "GaussianNoise",
     "gray8_to_planar", "rgb8_to_planar",
     "PackedImageDataset", "pack", "PackReport", "PackError",
-    "DataLoader", "BatchStream", "StuckWorkerWarning", "threads_available",
+    "DataLoader", "BatchStream", "LoaderProfile", "StuckWorkerWarning", "threads_available",
 ]

@@ -24,6 +24,7 @@ from onemodel_cy.core.tablesamplers import BucketedSampler as BucketedSampler
 from onemodel_cy.core.tablesamplers import MixingSampler as MixingSampler
 from onemodel_cy.stream import BatchStream as BatchStream
 from onemodel_cy.loader import DataLoader as DataLoader
+from onemodel_cy.profile import LoaderProfile as LoaderProfile
 from onemodel_cy.workers.protocol import StuckWorkerWarning as StuckWorkerWarning
 from onemodel_cy.loader import threads_available as threads_available
 from onemodel_cy.data.pack import PackError as PackError

@@ -20,9 +20,11 @@ from onemodel_cy.collate.batch import ImageBatch
 from onemodel_cy.collate.collator import ImageBatchCollator
 from onemodel_cy.collate.pacing import Pacing
 from onemodel_cy.collate.pipeline import Pipeline
+from onemodel_cy.collate.profile import StageClock
 from onemodel_cy.core.samplers import Sampler, SequentialSampler, ShuffledSampler
 from onemodel_cy.core.tablesamplers import BucketedSampler, MixingSampler
 from onemodel_cy.core.validate import G_END, check_global_step, check_integer, check_seconds
+from onemodel_cy.profile import LoaderProfile
 from onemodel_cy.stream import BatchStream
 from onemodel_cy.workers.protocol import DEFAULT_JOIN_TIMEOUT, MAX_PREFETCH, MAX_WORKERS
 from onemodel_cy.workers.registry import close_engines
@@ -218,6 +220,7 @@ class DataLoader:
                                   (self.rank + 1) * share)
         # The workers' shared baton for the Python parts of a batch (see collate/pacing.pyx).
         self.pacing = Pacing()
+        self._clock = StageClock()     # where the time went (profile())
         self._restored = False  # _next_g came from load_state_dict and no pass has used it yet
         self._next_g = 0       # the stateful path's position: where the next `for batch in loader` starts
 
@@ -242,6 +245,20 @@ class DataLoader:
         """Build global step ``g`` on the calling thread (what every stream yields at ``g``)."""
         g = check_global_step(g, "g")
         return self._pipeline.build(g, self._pipeline.workspace(self.pacing))
+
+    def profile(self, reset: bool = False) -> LoaderProfile:
+        """Where this loader's time went in this process, since it was made or since the
+        last ``profile(reset=True)``: the consumer building batches itself or waiting for
+        workers, the Python stages (``get_sample``, transform, Python augmentation) and the
+        copies (``LoaderProfile`` says what each figure covers). Always measured; cheap to
+        call, say once per epoch or logging interval. ``reset=True`` starts the next
+        figures from now, after reading these. ``print(loader.profile())`` shows them, with
+        advice when the Python stages bound thread workers (then use
+        ``worker_mode="process"``)."""
+        figures = LoaderProfile.read(self._clock, self._stream_workers(), self.worker_mode)
+        if reset:
+            self._clock.reset()
+        return figures
 
     # -- streams -------------------------------------------------------------------------
 

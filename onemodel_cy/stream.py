@@ -12,6 +12,7 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any
 
+from onemodel_cy.collate.profile import ConsumerTimer
 from onemodel_cy.core.validate import G_END, check_global_step
 from onemodel_cy.workers.registry import acquire_engine, discard_idle_engine, release_engine
 
@@ -47,6 +48,7 @@ class BatchStream:
         self._epoch_pass = _epoch_pass    # a pass of `for batch in loader`: prefetch on past its end
         self._engine = None
         self._workspace = None
+        self._timer = ConsumerTimer(loader._clock)
         self._local = None                # a step the consumer builds itself (a new engine's first)
         self._guard = threading.Lock()    # orders the consumer's taking against a close from elsewhere
         self._taking = False              # the consumer is inside engine.take()
@@ -60,7 +62,7 @@ class BatchStream:
         if start != self._local:          # a pending local first step stays the consumer's
             self._local = None
         if self._workspace is None:
-            self._workspace = self.loader._pipeline.workspace(self.loader.pacing)
+            self._workspace = self.loader._pipeline.workspace(self.loader.pacing, self.loader._clock)
         workers = self.loader._stream_workers()
         if workers == 0:
             self._engine = self._local = None
@@ -128,13 +130,17 @@ class BatchStream:
                 if local:
                     self._local = None
                 self._taking = engine is not None and not local
+            timer = self._timer            # where the time went (loader.profile())
+            timer.begin()
             try:
                 if engine is None or local:
                     batch = self.loader._pipeline.build(g, self._workspace)
+                    timer.built()
                     if local:
                         engine.skip(g)
                 else:
                     batch = engine.take(g, self.loader.timeout)
+                    timer.waited()
             finally:
                 self._taking = False
         except BaseException:

@@ -77,6 +77,18 @@ class SleepyDataset(PyDataset):
         return self.inner.get_sample(index)
 
 
+class SlowReads(PyDataset):
+    """Sleeps ``delay`` seconds in every read (a slow Python stage, for the profile's figures)."""
+
+    def __init__(self, inner, delay):
+        super().__init__(inner)
+        self.delay = delay
+
+    def get_sample(self, index):
+        time.sleep(self.delay)
+        return self.inner.get_sample(index)
+
+
 class GatedDataset(PyDataset):
     """Reads of indices >= ``from_index`` wait (up to 30 s) until the file ``gate`` exists: a
     consumer stays inside ``next()`` while a test acts (threads and processes alike)."""

@@ -25,8 +25,8 @@ import onemodel_cy
 
 COMPILED = ["core.validate", "core.rng", "core.permute", "core.samplers", "core.tablesamplers", "core.sealed",
             "data.datasets", "data.image", "data.packed", "data.textlines",
-            "collate.bufferpool", "collate.pacing", "collate.augment", "collate.batch", "collate.collator",
-            "collate.fetch", "collate.pipeline",
+            "collate.bufferpool", "collate.pacing", "collate.profile", "collate.augment", "collate.batch",
+            "collate.collator", "collate.fetch", "collate.pipeline",
             "workers.window", "workers.lane", "workers.shmring", "workers.taskboard",
             "testing._alloccount"]
 PACKAGE_DIR = os.path.dirname(os.path.abspath(onemodel_cy.__file__))

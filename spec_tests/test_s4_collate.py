@@ -130,6 +130,41 @@ def test_collate_gain_offset_matches_reference(om, spec, m, pad, seed, epoch, st
     assert_same_batch(batch, want)
 
 
+@given(spec=batch_specs(max_hw=60), m=st.integers(1, 9), pad=PAD_VALUES, seed=SEEDS, epoch=STEPS,
+       step=STEPS, first=FIRST_SLOTS, augment=st.booleans(), offset=st.sampled_from([0, 1, 2, 3, 5, 7]))
+def test_streamed_float32_batches_match_reference(om, spec, m, pad, seed, epoch, step, first, augment, offset):
+    """§4 (D13, D17): a float32 batch past ``streamed_bytes()`` is written with streaming
+    stores (src/row.h om_store_row_streamed), plain or through GainOffset; with the
+    threshold at 0 every batch is, at every width and width multiple (so rows start on
+    every 16-byte boundary of a 32-byte line and every tail of 0-7 pixels shares its last
+    lanes with the padding), and from sources at every float offset; still the oracle's
+    bits, special values included. The AVX2 cap 0 takes the plain stores instead."""
+    from onemodel_cy.collate.collator import simd_kernels, streamed_bytes
+    samples = []
+    for s in _samples(om, spec, special=not augment):
+        storage = np.empty(s.image.size + offset, np.float32)   # pixels `offset` floats into their buffer
+        image = storage[offset:].reshape(s.image.shape)
+        image[...] = s.image
+        samples.append(om.Sample(image, s.target, s.label))
+    aug = om.GainOffset(0.3, 0.2) if augment else None
+    col = om.ImageBatchCollator(width_multiple=m, pad_value=pad, augmentation=aug)
+    want = R.collate([tuple(s) for s in samples], spec["indices"], seed, epoch, step, width_multiple=m,
+                     pad_value=pad, augmentation=R.gain_offset(0.3, 0.2) if augment else None,
+                     slot_offset=first)
+    previous = streamed_bytes(0)
+    try:
+        for cap in sorted({0, simd_kernels()}):
+            before = simd_kernels(cap)
+            try:
+                batch = col.collate(samples, spec["indices"], seed, epoch, step, first_slot=first)
+            finally:
+                simd_kernels(before)
+            assert_same_batch(batch, want)
+            batch.close()
+    finally:
+        streamed_bytes(previous)
+
+
 @settings(max_examples=25)
 @given(spec=batch_specs(max_b=3, max_c=2, max_hw=24, max_pixels=600), m=st.integers(1, 8),
        pad=PAD_VALUES, seed=SEEDS, epoch=STEPS, step=STEPS, first=FIRST_SLOTS,

@@ -46,13 +46,13 @@ cdef class Augmentation:
         cdef float* data = <float*>cnp.PyArray_DATA(array)
         cdef u64 state = rng._state
         with nogil:
-            self.kernel.run(self.kernel.params, data, width, data, width, rows, width, width, 0, &state)
+            self.kernel.run(self.kernel.params, data, width, data, width, rows, width, width, 0, &state, False)
         rng._state = state
 
 
 cdef void gain_offset_rows(const float* params, const float* src, Py_ssize_t src_stride, float* dst,
                            Py_ssize_t dst_stride, Py_ssize_t rows, Py_ssize_t width, Py_ssize_t padded,
-                           float pad, u64* state) noexcept nogil:
+                           float pad, u64* state, bint streamed) noexcept nogil:
     cdef float one = 1.0, two = 2.0
     cdef float a = draw_single(state)
     cdef float b = draw_single(state)
@@ -60,13 +60,16 @@ cdef void gain_offset_rows(const float* params, const float* src, Py_ssize_t src
     cdef float o = params[1] * (two * b - one)
     cdef Py_ssize_t r
     for r in range(rows):
-        store_row(src + r * src_stride, dst + r * dst_stride, width, padded, True, g, o, pad)
+        if streamed:
+            store_row_streamed(src + r * src_stride, dst + r * dst_stride, width, padded, True, g, o, pad)
+        else:
+            store_row(src + r * src_stride, dst + r * dst_stride, width, padded, True, g, o, pad)
 
 
 cdef void gaussian_noise_rows(const float* params, const float* src, Py_ssize_t src_stride, float* dst,
                               Py_ssize_t dst_stride, Py_ssize_t rows, Py_ssize_t width, Py_ssize_t padded,
-                              float pad, u64* state) noexcept nogil:
-    # Twelve draws per pixel make this compute-bound: plain stores.
+                              float pad, u64* state, bint streamed) noexcept nogil:
+    # Twelve draws per pixel make this compute-bound: plain stores (whatever `streamed` allows).
     cdef float sigma = params[0]
     cdef Py_ssize_t r, x
     cdef float* row

@@ -5,6 +5,7 @@ from onemodel_cy.collate.augment cimport AugmentKernel
 from onemodel_cy.collate.bufferpool cimport BufferPool, Block
 from onemodel_cy.collate.batch cimport BatchLayout, ImageBatch
 from onemodel_cy.collate.pacing cimport Pacing
+from onemodel_cy.collate.profile cimport StageClock
 
 # One slot of a batch: where its pixels and target are, and its int32 columns.
 ctypedef struct SlotJob:
@@ -24,6 +25,7 @@ cdef class Workspace:
     # the slot table, what it points into, and the augmentation's staging scratch.
     cdef readonly cnp.ndarray indices  # int64 [batch_size], filled by the sampler
     cdef readonly Pacing pacing        # shared by one loader's workers, or None
+    cdef readonly StageClock clock     # the loader's time counters (DataLoader.profile), or None
     cdef SlotJob* jobs
     cdef Py_ssize_t capacity
     cdef Block scratch                 # staging of a batch's images, reused while nobody else holds it

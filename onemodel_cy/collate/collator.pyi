@@ -11,6 +11,7 @@ from onemodel_cy.collate.batch import ImageBatch
 from onemodel_cy.collate.bufferpool import BufferPool
 from onemodel_cy.data.datasets import Sample
 from onemodel_cy.collate.pacing import Pacing
+from onemodel_cy.collate.profile import StageClock
 from onemodel_cy.core.rng import SampleRng
 
 # Image bytes from which a batch of 8-bit pixels without augmentation is streamed.
@@ -18,6 +19,7 @@ STREAMED_BATCH_BYTES: int
 
 # The gray 8-bit kernel level this CPU runs (2 AVX-512, 1 AVX2, 0 portable); with `cap`,
 # lower the level used (tests) and return the previous cap.
+def streamed_bytes(nbytes: SupportsIndex | None = None) -> int: ...
 def simd_kernels(cap: SupportsIndex | None = None) -> int: ...
 
 # aug(image, rng) edits a contiguous float32 [C, H, W] scratch in place (returns None or it).
@@ -30,7 +32,11 @@ class Workspace:
     def indices(self) -> npt.NDArray[np.int64]: ...
     @property
     def pacing(self) -> Pacing | None: ...
-    def __init__(self, batch_size: SupportsIndex = 0, pacing: Pacing | None = None) -> None: ...
+    @property
+    def clock(self) -> StageClock | None: ...
+    def __init__(
+        self, batch_size: SupportsIndex = 0, pacing: Pacing | None = None, clock: StageClock | None = None
+    ) -> None: ...
 
 @disjoint_base
 class ImageBatchCollator:

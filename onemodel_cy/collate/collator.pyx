@@ -21,30 +21,43 @@ from onemodel_cy.core.typedefs cimport u64, i64, i32
 from onemodel_cy.core.validate cimport (add_note, as_index, as_size, as_u64, as_float32, describe, checked_add,
                                         checked_mul)
 from onemodel_cy.core.rng cimport SampleRng, derive_seed, STREAM_AUGMENTATION
-from onemodel_cy.collate.augment cimport Augmentation, AugmentKernel, store_row
+from onemodel_cy.collate.augment cimport Augmentation, AugmentKernel, store_row, store_row_streamed
 from onemodel_cy.collate.bufferpool cimport BufferPool, Block
 from onemodel_cy.collate.batch cimport BatchLayout, ImageBatch, plan_layout, batch_in_block
 from onemodel_cy.data.datasets cimport Sample, PIXELS_FLOAT32, PIXELS_GRAY8
 from onemodel_cy.collate.pacing cimport Pacing
+from onemodel_cy.collate.profile cimport StageClock, clock_ns
 from onemodel_cy.data.row cimport convert_image, convert_gray, simd_level, stream_fence, prefetch
 
 cnp.import_array()
 
 cdef i64 INT32_END = 1 << 31
-# A batch of 8-bit pixels with no augmentation whose images take at least this many bytes
-# is written with streaming stores (src/row.h om_convert_gray): it outgrows the
-# caches, so reading its lines in before writing them only costs. Smaller batches stay
-# in cache, where plain stores are faster.
+# A batch whose images take at least this many bytes is written with streaming stores
+# (src/row.h: om_convert_gray for 8-bit pixels with no augmentation, om_store_row_streamed
+# for float32 ones, plain or through GainOffset): it outgrows the caches, so reading its
+# lines in before writing them only costs. Smaller batches stay in cache, where plain
+# stores are faster (docs/performance.md, "Measurements behind the code").
 cdef Py_ssize_t STREAM_MIN_BYTES = 2 << 20
-STREAMED_BATCH_BYTES = STREAM_MIN_BYTES     # the same, for tests and benchmarks
+STREAMED_BATCH_BYTES = STREAM_MIN_BYTES     # the default, for tests and benchmarks
 # The bytes of the next image asked for ahead (src/row.h om_prefetch): its first lines
 # start the hardware's stream prefetcher on the rest. Asking for the whole image stalls
 # the core once the line-fill buffers are full (perf: 84 % of the collator's own time on
 # the prefetch instruction, 7 % of a 2-worker run at batch 32).
 cdef Py_ssize_t PREFETCH_BYTES = 512
 # The widest SIMD the gray 8-bit kernels may use (src/row.h om_convert_gray: 2
-# AVX-512, 1 AVX2, 0 none); only tests lower it, to check every kernel on one machine.
+# AVX-512, 1 AVX2, 0 none), and below 1 no float32 streaming stores either (AVX2's); only
+# tests lower it, to check every kernel on one machine.
 cdef int simd_cap = 2
+
+
+def streamed_bytes(nbytes=None):
+    """The images' bytes from which a batch is written with streaming stores, and with
+    ``nbytes`` set it (for tests: 0 streams every batch the rows allow): returns the previous."""
+    global STREAM_MIN_BYTES
+    if nbytes is None:
+        return STREAM_MIN_BYTES
+    previous, STREAM_MIN_BYTES = STREAM_MIN_BYTES, as_size(nbytes, "nbytes")
+    return previous
 
 
 def simd_kernels(cap=None):
@@ -78,6 +91,9 @@ cdef class Workspace:
         Length of the index array the sampler fills.
     pacing : Pacing, optional
         The baton the loader's workers share; None takes no baton.
+    clock : StageClock, optional
+        The loader's counters (``DataLoader.profile()``): the Python stages and the copies
+        of the batches built with this workspace add their time there; None counts nothing.
     """
 
     def __cinit__(self):
@@ -87,10 +103,11 @@ cdef class Workspace:
         self.keep = []
         self.scratch_pool = BufferPool()
 
-    def __init__(self, batch_size=0, Pacing pacing=None):
+    def __init__(self, batch_size=0, Pacing pacing=None, StageClock clock=None):
         cdef Py_ssize_t n = as_size(batch_size, "batch_size")
         self.indices = np.empty(n, dtype=np.int64)
         self.pacing = pacing
+        self.clock = clock
 
     def __dealloc__(self):
         free(self.jobs)
@@ -218,12 +235,16 @@ cdef inline void copy_images(const SlotJob* jobs, Py_ssize_t n, float* images, c
     cdef u64 state
     # (An augmentation edits each image right after its conversion, from the cache.)
     cdef bint streamed = kernel.run == NULL and layout.image_bytes >= STREAM_MIN_BYTES, fence = False
+    # float32 pixels are streamed by the plain copy and by a kernel that streams (GainOffset).
+    cdef bint streamed32 = streamed_float32(layout)
     for j in range(n):
         dst = images + j * slot_floats
+        # The start of the next image while this one is written (src/row.h om_prefetch):
+        # a batch's images lie scattered, in the sampler's order.
         if j + 1 < n and jobs[j + 1].kind != PIXELS_FLOAT32:
-            # The start of the next image while this one is converted (src/row.h
-            # om_prefetch): a pack's images lie scattered, in the sampler's order.
             prefetch(jobs[j + 1].bytes, min(rows * jobs[j + 1].width, PREFETCH_BYTES))
+        elif j + 1 < n:
+            prefetch(jobs[j + 1].pixels, min(rows * jobs[j + 1].width * <Py_ssize_t>sizeof(float), PREFETCH_BYTES))
         if jobs[j].kind != PIXELS_FLOAT32:
             # §6 fused with the padding, then the kernel edits the converted image in place
             # while it is still in cache (same float32 operations as on a Sample's image).
@@ -231,17 +252,28 @@ cdef inline void copy_images(const SlotJob* jobs, Py_ssize_t n, float* images, c
                 fence = True
             if kernel.run != NULL:
                 state = derive_seed(seed, epoch, step, <u64>(first_slot + j), STREAM_AUGMENTATION)
-                kernel.run(kernel.params, dst, padded, dst, padded, rows, jobs[j].width, padded, pad, &state)
+                kernel.run(kernel.params, dst, padded, dst, padded, rows, jobs[j].width, padded, pad, &state,
+                           False)
         elif kernel.run == NULL:
             for r in range(rows):
-                store_row(jobs[j].pixels + r * jobs[j].width, dst + r * padded, jobs[j].width, padded,
-                          False, 0, 0, pad)
+                if streamed32:
+                    store_row_streamed(jobs[j].pixels + r * jobs[j].width, dst + r * padded, jobs[j].width,
+                                       padded, False, 0, 0, pad)
+                else:
+                    store_row(jobs[j].pixels + r * jobs[j].width, dst + r * padded, jobs[j].width, padded,
+                              False, 0, 0, pad)
         else:
             state = derive_seed(seed, epoch, step, <u64>(first_slot + j), STREAM_AUGMENTATION)
             kernel.run(kernel.params, jobs[j].pixels, jobs[j].width, dst, padded, rows, jobs[j].width,
-                       padded, pad, &state)
-    if fence:
+                       padded, pad, &state, streamed32)
+    if fence or streamed32:
         stream_fence()
+
+
+cdef inline bint streamed_float32(const BatchLayout* layout) noexcept nogil:
+    """Whether float32 rows of this batch are written with streaming stores (AVX2's, which
+    the tests' kernel cap can switch off)."""
+    return layout.image_bytes >= STREAM_MIN_BYTES and min(simd_cap, simd_level()) >= 1
 
 
 cdef inline int convert_slot(const SlotJob* job, Py_ssize_t channels, Py_ssize_t height, float* dst,
@@ -407,6 +439,8 @@ cdef class ImageBatchCollator:
         cdef Block block = self.plan(jobs, n, channels, height, &layout, &total_width)
         cdef float* images = <float*>block.data
         cdef Pacing pacing = ws.pacing
+        cdef StageClock clock = ws.clock
+        cdef i64 started
         with nogil:
             if pacing is not None:
                 pacing.give_back(baton)
@@ -417,8 +451,11 @@ cdef class ImageBatchCollator:
         with nogil:
             if pacing is not None:
                 pacing.give_back(baton)
+            started = clock_ns() if clock is not None else 0
             copy_images(jobs, n, images, &layout, &self._kernel, seed64, epoch64, step64, first_slot,
                         self.pad_value)
+        if clock is not None:
+            clock.copy_ns += clock_ns() - started
         return batch_in_block(block, &layout, epoch_value, step_value, global_step)
 
     cdef Block plan(self, const SlotJob* jobs, Py_ssize_t n, Py_ssize_t channels, Py_ssize_t height,
@@ -450,8 +487,10 @@ cdef class ImageBatchCollator:
         cdef Py_ssize_t rows = channels * height
         cdef float* staged = ws.stage(checked_mul(rows, total_width, "the augmentation's staging scratch"))
         cdef Pacing pacing = ws.pacing
+        cdef StageClock clock = ws.clock
         cdef Py_ssize_t parts = 1 if pacing is None else pacing.stage_parts
         cdef Py_ssize_t part, lo, hi, j
+        cdef i64 started, copied
         for part in range(parts):
             lo = part_start(n, parts, part)
             hi = part_start(n, parts, part + 1)
@@ -460,9 +499,14 @@ cdef class ImageBatchCollator:
             with nogil:
                 if pacing is not None:
                     pacing.give_back(baton)
+                started = clock_ns() if clock is not None else 0
                 stage_slots(ws.jobs, lo, hi, channels, height, &staged)
+                copied = clock_ns() if clock is not None else 0
                 if pacing is not None:
                     baton[0] = pacing.take()
+            if clock is not None:
+                clock.copy_ns += copied - started
+                started = clock_ns()     # (after the baton's wait)
             for j in range(lo, hi):
                 try:
                     self.augment_slot(ws, &ws.jobs[j], channels, height, seed, epoch, step, first_slot + j)
@@ -470,6 +514,8 @@ cdef class ImageBatchCollator:
                     add_note(error, f"onemodel_cy: while building {step_name(global_step, epoch_value, step_value)}, "
                                     f"slot {first_slot + j}, dataset index {ws.jobs[j].index}")
                     raise
+            if clock is not None:       # the part's calls, with their scratch views and rngs
+                clock.augmentation_ns += clock_ns() - started
 
     cdef augment_slot(self, Workspace ws, SlotJob* job, Py_ssize_t channels, Py_ssize_t height,
                       u64 seed, u64 epoch, u64 step, Py_ssize_t slot):

@@ -15,6 +15,7 @@ from onemodel_cy.core.rng cimport SampleRng, derive_seed, STREAM_TRANSFORM
 from onemodel_cy.data.datasets cimport PackedImages, PackedSource, Sample, PIXELS_FLOAT32
 from onemodel_cy.collate.collator cimport SlotJob, Workspace, ImageBatchCollator, fill_slot, step_name
 from onemodel_cy.collate.pacing cimport Pacing
+from onemodel_cy.collate.profile cimport StageClock, clock_ns
 
 cnp.import_array()
 
@@ -166,12 +167,18 @@ cdef int read_samples(Workspace ws, dataset, cnp.ndarray indices, Py_ssize_t lo,
     cdef i64 index
     cdef SampleRng rng
     cdef Pacing pacing = ws.pacing
+    cdef StageClock clock = ws.clock
+    cdef i64 started = 0, fetched = 0
     if pacing is not None:
         baton[0] = pacing.try_take()     # without releasing the GIL when it is free
         if not baton[0]:
             with nogil:
                 baton[0] = pacing.take()
     ws.reserve(n)
+    # The reads are timed from the end of the previous transform call (two clock reads a
+    # sample with a transform, two a batch without; the slot's checks count as the read).
+    if clock is not None:
+        started = clock_ns()
     for j in range(n):
         slot = lo + j
         index = idx[slot]
@@ -181,9 +188,15 @@ cdef int read_samples(Workspace ws, dataset, cnp.ndarray indices, Py_ssize_t lo,
         try:
             item = get_sample(index)
             if transform is not None:
+                if clock is not None:
+                    fetched = clock_ns()
+                    clock.get_sample_ns += fetched - started
                 rng = SampleRng.__new__(SampleRng)
                 rng._state = derive_seed(seed64, epoch64, step64, <u64>slot, STREAM_TRANSFORM)
                 item = transform(item, rng)
+                if clock is not None:
+                    started = clock_ns()
+                    clock.transform_ns += started - fetched
         except BaseException as error:
             if isinstance(error, Exception):
                 add_note(error, f"onemodel_cy: while building {step_name(global_step, epoch, step)}, "
@@ -196,4 +209,6 @@ cdef int read_samples(Workspace ws, dataset, cnp.ndarray indices, Py_ssize_t lo,
                             f"is required")
         ws.held[j] = item
         fill_slot(ws, j, item, index, lo, shape)
+    if clock is not None:
+        clock.get_sample_ns += clock_ns() - started
     return 0

@@ -54,9 +54,10 @@ cdef class Pipeline:
         """``(epoch, step)`` of global step ``g``: the one place the loader divides by the epoch."""
         return divmod(g, self.sampler.steps_per_epoch)
 
-    def workspace(self, pacing=None):
-        """A building thread's own workspace (§5: reused from batch to batch)."""
-        return Workspace(self.sampler.batch_size, pacing)
+    def workspace(self, pacing=None, clock=None):
+        """A building thread's own workspace (§5: reused from batch to batch), taking the
+        ``pacing`` baton and adding its time to ``clock`` (a ``StageClock``) when given."""
+        return Workspace(self.sampler.batch_size, pacing, clock)
 
     def with_pool(self, pool):
         """The same pipeline with a collator renting its batches from ``pool`` (a worker

@@ -157,6 +157,37 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static void om_convert_gray
     }
 }
 
+/* om_store_row with streaming stores where the row allows (needs AVX2; the caller checks
+   om_simd_level() >= 1 and fences before handing the batch over): for float32 batches much
+   larger than the caches, as om_convert_gray_streamed is for gray ones. The lanes up to the
+   first 32-byte boundary and after the last whole 8 are written one by one with plain
+   stores; the 8 lanes that hold the last pixels and the first padding are computed one by
+   one into an aligned buffer and streamed from it. Every pixel is the same float32
+   operation as in om_store_row (x * g + o, two roundings, never fused: the build uses
+   -ffp-contract=off, and _mm256_mul_ps / _mm256_add_ps are not contracted). */
+__attribute__((target("avx2"))) static void om_store_row_streamed(
+        const float* src, float* dst, ptrdiff_t width, ptrdiff_t padded, int scale, float g, float o,
+        float pad) {
+    const __m256 vg = _mm256_set1_ps(g), vo = _mm256_set1_ps(o), vp = _mm256_set1_ps(pad);
+    ptrdiff_t x = 0, k;
+    for (; x < padded && ((size_t)(dst + x) & 31) != 0; x++)
+        dst[x] = x < width ? (scale ? src[x] * g + o : src[x]) : pad;
+    for (; x + 8 <= width; x += 8) {
+        __m256 v = _mm256_loadu_ps(src + x);
+        if (scale) v = _mm256_add_ps(_mm256_mul_ps(v, vg), vo);
+        _mm256_stream_ps(dst + x, v);
+    }
+    if (x < width && x + 8 <= padded) {     /* the last pixels and the first padding */
+        float lanes[8] __attribute__((aligned(32)));
+        for (k = 0; k < 8; k++)
+            lanes[k] = x + k < width ? (scale ? src[x + k] * g + o : src[x + k]) : pad;
+        _mm256_stream_ps(dst + x, _mm256_load_ps(lanes));
+        x += 8;
+    }
+    for (; x + 8 <= padded; x += 8) _mm256_stream_ps(dst + x, vp);
+    for (; x < padded; x++) dst[x] = x < width ? (scale ? src[x] * g + o : src[x]) : pad;
+}
+
 /* The widest kernel level this CPU runs: 2 AVX-512 (F, BW and VL), 1 AVX2, 0 neither. */
 static int om_simd_level(void) {
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
@@ -169,6 +200,10 @@ static void om_stream_fence(void) { _mm_sfence(); }
 #else
 static int om_simd_level(void) { return 0; }
 static void om_stream_fence(void) {}
+static void om_store_row_streamed(const float* src, float* dst, ptrdiff_t width, ptrdiff_t padded, int scale,
+                                  float g, float o, float pad) {
+    om_store_row(src, dst, width, padded, scale, g, o, pad);   /* never asked for: no AVX2 */
+}
 #endif
 
 /* One gray image (om_convert_image's arithmetic and padding, rows `stride` bytes apart)

@@ -78,7 +78,8 @@ class ThreadEngine:
         # Batches alive at once: the ring's slots, one per worker, the consumer's.
         self.pool_window = PoolWindow.for_stream(loader.collator.pool, self.prefetch, workers)
         self.threads = [threading.Thread(target=_work, name=f"onemodel_cy-worker-{k}",
-                                         args=(self, k, self.pipeline.workspace(loader.pacing)), daemon=True)
+                                         args=(self, k, self.pipeline.workspace(loader.pacing, loader._clock)),
+                                         daemon=True)
                         for k in range(workers)]
         # Thread.start() waits until the new thread runs, and then for the GIL, which the
         # workers already building hold: up to milliseconds per thread on the consumer.
