@@ -1,7 +1,7 @@
 # Type stubs for the compiled module onemodel_cy.data.packed (a memory-mapped pack, docs/packed-format.md).
 import os
 from collections.abc import Sequence
-from typing import Any, SupportsIndex
+from typing import Any, SupportsIndex, final
 
 import numpy as np
 import numpy.typing as npt
@@ -36,6 +36,9 @@ class PackedImageDataset(PackedSource):
     def pixel_kind(self) -> str: ...
     @property
     def manifest(self) -> dict[str, Any]: ...
+    # A sharded pack's shard folders in manifest order; () for a plain pack.
+    @property
+    def shards(self) -> tuple[str, ...]: ...
     @property
     def mean(self) -> _Constants | None: ...
     @property
@@ -74,6 +77,13 @@ class PackedImageDataset(PackedSource):
     def widths(self) -> npt.NDArray[np.int64]: ...
     @property
     def shapes(self) -> npt.NDArray[np.int64]: ...
+
+# One read-only range of address space over several pixels.npy files (a sharded pack's).
+@final
+class PixelFiles: ...
+
+# The files of the maps back to back in one range: (array over it, element index of each file's data).
+def map_pixel_files(maps: list[np.memmap[Any, Any]]) -> tuple[npt.NDArray[Any], list[int]]: ...
 
 # Raises PackError when the manifest's SHA-256 is not manifest_sha256.
 def reopen(

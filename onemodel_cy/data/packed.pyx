@@ -15,7 +15,8 @@ the same float32 operations per pixel: both routes give the same bytes.
 """
 cimport cython
 cimport numpy as cnp
-from posix.mman cimport madvise, MADV_DONTNEED
+from posix.mman cimport (madvise, mmap, munmap, MADV_DONTNEED, MAP_ANONYMOUS, MAP_FAILED, MAP_FIXED,
+                         MAP_NORESERVE, MAP_PRIVATE, MAP_SHARED, PROT_NONE, PROT_READ)
 from posix.unistd cimport sysconf, _SC_PAGESIZE
 import os
 
@@ -27,7 +28,8 @@ from onemodel_cy.core.sealed cimport sealed_copy
 from onemodel_cy.data.datasets cimport (PackedImages, PackedSource, Sample, PIXELS_FLOAT32, PIXELS_GRAY8,
                                         PIXELS_RGB8)
 from onemodel_cy.data.image import gray8_to_planar, rgb8_to_planar
-from onemodel_cy.data.packfmt import PackError, load_index, open_manifest
+from onemodel_cy.data.packfmt import (SHARDED_FORMAT as _SHARDED, PackError, join_shards, load_index, open_manifest,
+                                      open_shards)
 from onemodel_cy.data.vocabulary import decode as _decode, with_blank as _with_blank
 
 cnp.import_array()
@@ -69,7 +71,9 @@ cdef class PackedImageDataset(PackedSource):
     Parameters
     ----------
     path : str or os.PathLike
-        The pack's folder (holding ``manifest.json``).
+        The pack's folder (holding ``manifest.json``), or a sharded pack's: its shards are
+        read as one dataset, global index ``i`` counting through them in manifest order,
+        each shard checked against the manifest's SHA-256 of it (``docs/packed-format.md``).
     mean, std : float or sequence of float, optional
         §6's constants (one, or one per channel for RGB), required for 8-bit packs; a
         float32 pack is served as stored and takes neither.
@@ -103,6 +107,8 @@ cdef class PackedImageDataset(PackedSource):
     cdef readonly str manifest_sha256   # the content identity (docs/packed-format.md, "Identity")
     cdef readonly str pixel_kind        # "gray8", "rgb8" or "float32"
     cdef readonly object manifest
+    cdef readonly tuple shards          # a sharded pack's shard folders, in manifest order; () for a pack
+    cdef object _shard_starts           # the global index of each shard's first sample
     cdef readonly object mean, std, verify
     cdef int _kind
     cdef cnp.ndarray _pixels            # the read-only memory map of pixels.npy (kept alive here)
@@ -152,7 +158,15 @@ cdef class PackedImageDataset(PackedSource):
                              f"received mean={mean!r}, std={std!r}")
         convert = (np.zeros(6, dtype=np.float32) if kind == "float32"
                    else planar_constants(mean, std, 1 if kind == "gray8" else 3))
-        arrays = load_index(folder, manifest, verify)
+        if manifest["format"] == _SHARDED:
+            opened = open_shards(folder, manifest, verify)
+            pixels, starts = map_pixel_files([shard_arrays["pixels"] for _, shard_arrays in opened])
+            arrays = join_shards(opened, pixels, starts)
+            self.shards = tuple(shard for shard, _ in opened)
+            self._shard_starts = np.cumsum([0] + [entry["count"] for entry in manifest["shards"]])
+        else:
+            arrays = load_index(folder, manifest, verify)
+            self.shards = ()
         self._install(arrays, convert)
         self.path, self.manifest, self.pixel_kind = folder, manifest, kind
         self.manifest_sha256 = digest
@@ -285,7 +299,11 @@ cdef class PackedImageDataset(PackedSource):
         try:
             return stored.decode("utf-8")
         except UnicodeDecodeError as error:     # keys are not hashed into the index checks' values
-            raise PackError(f"{os.path.join(self.path, 'keys.npy')}: key of sample {i} is not UTF-8 "
+            folder, local = self.path, i
+            if self.shards:
+                shard = int(np.searchsorted(self._shard_starts, i, side="right")) - 1
+                folder, local = self.shards[shard], i - int(self._shard_starts[shard])
+            raise PackError(f"{os.path.join(folder, 'keys.npy')}: key of sample {local} is not UTF-8 "
                             f"({error})") from None
 
     def release_pages(self):
@@ -333,6 +351,60 @@ cdef int ready(PackedImageDataset dataset) except -1:
 
 def float32_text(values, channels):
     return "[" + ", ".join(str(v) for v in per_channel(values, channels)) + "]"
+
+
+@cython.final
+cdef class PixelFiles:
+    """One read-only range of address space holding several ``pixels.npy`` files back to
+    back, each mapped whole from a page boundary; unmapped when the last array over it goes.
+
+    The fetch step reads a pack through one pixels pointer (``PackedImages``): a sharded
+    pack is served as one array over its shards' files (headers and page padding between
+    them are never pointed at), each shard's offsets shifted by where its data lies."""
+    cdef char* base
+    cdef size_t length
+
+    def __dealloc__(self):
+        if self.base != NULL:
+            munmap(self.base, self.length)
+
+
+def map_pixel_files(list maps):
+    """The files behind ``maps`` (each shard's checked ``np.memmap`` of its ``pixels.npy``)
+    mapped read-only, back to back, into one reserved range: ``(array over the range of the
+    maps' dtype, [element index of each file's first pixel in it])``. Each file is mapped
+    at the size its check saw, so a file that changed size since is refused here."""
+    cdef size_t page = <size_t>sysconf(_SC_PAGESIZE)
+    cdef size_t length = 0
+    cdef void* placed
+    cdef PixelFiles owner = PixelFiles()
+    dtype = maps[0].dtype
+    starts, sizes = [], []
+    for pixels in maps:
+        size = <size_t>(pixels.offset + pixels.nbytes)       # header + data: the whole checked file
+        starts.append(length)
+        sizes.append(size)
+        length += (size + page - 1) // page * page
+    placed = mmap(NULL, length, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+    if placed == MAP_FAILED:
+        raise OSError(f"reserving {length} bytes of address space for the pixels of {len(maps)} shards failed")
+    owner.base, owner.length = <char*>placed, length
+    for pixels, start, size in zip(maps, starts, sizes):
+        fd = os.open(pixels.filename, os.O_RDONLY)
+        try:
+            if os.fstat(fd).st_size != size:
+                raise PackError(f"{pixels.filename}: holds {os.fstat(fd).st_size} bytes, {size} when it was "
+                                f"checked (changed while the pack was being opened)")
+            placed = mmap(owner.base + <size_t>start, size, PROT_READ, MAP_SHARED | MAP_FIXED, fd, 0)
+            if placed == MAP_FAILED:
+                raise OSError(f"mapping {pixels.filename} failed")
+        finally:
+            os.close(fd)
+    cdef cnp.npy_intp count = <cnp.npy_intp>(length // dtype.itemsize)
+    cdef cnp.ndarray array = cnp.PyArray_SimpleNewFromData(1, &count, dtype.num, owner.base)
+    cnp.PyArray_CLEARFLAGS(array, cnp.NPY_ARRAY_WRITEABLE)
+    cnp.set_array_base(array, owner)       # the range lives as long as the array
+    return array, [(start + pixels.offset) // dtype.itemsize for pixels, start in zip(maps, starts)]
 
 
 def reopen(path, mean, std, verify, resident_limit, str manifest_sha256 not None):
