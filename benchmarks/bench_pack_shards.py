@@ -46,6 +46,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     from dask.distributed import Client, LocalCluster
+    logging.getLogger("distributed").setLevel(logging.ERROR)     # the clusters' closing chatter
 
     root = tempfile.mkdtemp(prefix="bench-shards-")
     try:

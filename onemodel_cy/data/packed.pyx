@@ -30,6 +30,7 @@ from onemodel_cy.data.datasets cimport (PackedImages, PackedSource, Sample, PIXE
 from onemodel_cy.data.image import gray8_to_planar, rgb8_to_planar
 from onemodel_cy.data.packfmt import (SHARDED_FORMAT as _SHARDED, PackError, join_shards, load_index, open_manifest,
                                       open_shards)
+from onemodel_cy.data.packremote import fetch as _fetch, is_url as _is_url
 from onemodel_cy.data.vocabulary import decode as _decode, with_blank as _with_blank
 
 cnp.import_array()
@@ -86,6 +87,12 @@ cdef class PackedImageDataset(PackedSource):
         process's resident size flat at about this much. A pack whose pixels are no larger
         never releases (it stays mapped in whole); None never releases. The pages stay in
         the page cache, shared with other processes: a release costs only page faults.
+    cache, cache_bytes : path and int, optional
+        For a ``path`` that is a URL fsspec reads (``http(s)://``, ``s3://``; the ``remote``
+        extra): the local folder the pack is fetched into (default
+        ``~/.cache/onemodel_cy/packs``) and its bound in bytes (default 64 GiB; the packs
+        least recently opened are removed to make room). Each file is checked against the
+        manifest's size and SHA-256 as it arrives; the local copy is then read as any pack.
 
     Raises
     ------
@@ -104,6 +111,7 @@ cdef class PackedImageDataset(PackedSource):
     """
     cdef readonly Py_ssize_t count
     cdef readonly str path
+    cdef readonly object url, cache, cache_bytes   # a pack read from a URL (data/packremote.py); else None
     cdef readonly str manifest_sha256   # the content identity (docs/packed-format.md, "Identity")
     cdef readonly str pixel_kind        # "gray8", "rgb8" or "float32"
     cdef readonly object manifest
@@ -120,10 +128,11 @@ cdef class PackedImageDataset(PackedSource):
     cdef Py_ssize_t _release_after           # bytes read between releases; 0: never
     cdef Py_ssize_t _read_since_release
 
-    def __init__(self, path, mean=None, std=None, verify="index", resident_limit=DEFAULT_RESIDENT_LIMIT):
-        self._open(path, mean, std, verify, resident_limit, None)
+    def __init__(self, path, mean=None, std=None, verify="index", resident_limit=DEFAULT_RESIDENT_LIMIT,
+                 cache=None, cache_bytes=None):
+        self._open(path, mean, std, verify, resident_limit, None, cache, cache_bytes)
 
-    cdef _open(self, path, mean, std, verify, resident_limit, str expected):
+    cdef _open(self, path, mean, std, verify, resident_limit, str expected, cache, cache_bytes):
         """``__init__``; ``expected`` (unpickling) is the manifest SHA-256 the pack must still have."""
         if self._claimed:
             raise RuntimeError("PackedImageDataset.__init__ was already called on this dataset (workers may "
@@ -135,19 +144,27 @@ cdef class PackedImageDataset(PackedSource):
         if limit == 0:
             raise ValueError("resident_limit must be a positive number of bytes, or None (never release), "
                              "received 0")
-        # Absolute now: a later os.chdir cannot change which folder a pickled copy reopens
-        # (a symbolic link pointed elsewhere since is refused by the manifest's digest).
-        folder = os.path.abspath(os.fspath(path))
+        if _is_url(path):
+            # Fetched into the local cache (or found there), then read as any pack on disk.
+            self.url, self.cache, self.cache_bytes = path, cache, cache_bytes
+            folder = _fetch(path, cache, cache_bytes)
+        else:
+            if cache is not None or cache_bytes is not None:
+                raise ValueError(f"cache and cache_bytes are for a pack at a URL, received a local path {path!r}")
+            # Absolute now: a later os.chdir cannot change which folder a pickled copy reopens
+            # (a symbolic link pointed elsewhere since is refused by the manifest's digest).
+            folder = os.path.abspath(os.fspath(path))
+        where = folder if self.url is None else path     # what the user named
         try:
             manifest, digest = open_manifest(folder)
         except PackError as error:
             if expected is None:
                 raise
-            raise PackError(f"{folder} was replaced or removed since it was opened (manifest SHA-256 "
+            raise PackError(f"{where} was replaced or removed since it was opened (manifest SHA-256 "
                             f"{expected}): {error}; open it again") from None
         if expected is not None and digest != expected:
             # Another pack at the same path: serving it would mix two datasets in one stream.
-            raise PackError(f"{folder} was replaced since it was opened: manifest SHA-256 {digest}, "
+            raise PackError(f"{where} was replaced since it was opened: manifest SHA-256 {digest}, "
                             f"expected {expected}; open it again")
         kind = manifest["pixels"]
         if kind == "float32" and (mean is not None or std is not None):
@@ -202,7 +219,8 @@ cdef class PackedImageDataset(PackedSource):
         ready(self)
         if type(self) is not PackedImageDataset:
             raise TypeError(f"{type(self).__name__} must define __reduce__ to be pickled")
-        return (reopen, (self.path, self.mean, self.std, self.verify, self.resident_limit, self.manifest_sha256))
+        return (reopen, (self.path if self.url is None else self.url, self.mean, self.std, self.verify,
+                         self.resident_limit, self.manifest_sha256, self.cache, self.cache_bytes))
 
     def fingerprint(self):
         """What a checkpoint names this dataset by (``DataLoader.fingerprint``): the pack's
@@ -407,12 +425,12 @@ def map_pixel_files(list maps):
     return array, [(start + pixels.offset) // dtype.itemsize for pixels, start in zip(maps, starts)]
 
 
-def reopen(path, mean, std, verify, resident_limit, str manifest_sha256 not None):
+def reopen(path, mean, std, verify, resident_limit, str manifest_sha256 not None, cache=None, cache_bytes=None):
     """Unpickling: open the pack at ``path`` again (a process maps it itself, sharing its
     pages), refusing with a ``PackError`` a pack whose manifest SHA-256 is not
     ``manifest_sha256``: the bytes served are the pickled dataset's, or none."""
     cdef PackedImageDataset dataset = PackedImageDataset.__new__(PackedImageDataset)
-    dataset._open(path, mean, std, verify, resident_limit, manifest_sha256)
+    dataset._open(path, mean, std, verify, resident_limit, manifest_sha256, cache, cache_bytes)
     return dataset
 
 
