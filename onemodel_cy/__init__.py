@@ -16,6 +16,7 @@ from onemodel_cy.collate.collator import ImageBatchCollator
 from onemodel_cy.data.image import gray8_to_planar, rgb8_to_planar
 from onemodel_cy.data.packed import PackedImageDataset
 from onemodel_cy.data.pack import PackError, PackReport, pack
+from onemodel_cy.data.packshards import pack_sharded
 from onemodel_cy.loader import DataLoader, threads_available
 from onemodel_cy.profile import LoaderProfile
 from onemodel_cy.stream import BatchStream
@@ -32,6 +33,6 @@ __all__ = [
     "Sample", "ArrayImageDataset", "SyntheticLineImages", "SyntheticTextLines",
     "BufferPool", "ImageBatchCollator", "ImageBatch", "Augmentation", "GainOffset", "GaussianNoise",
     "gray8_to_planar", "rgb8_to_planar",
-    "PackedImageDataset", "pack", "PackReport", "PackError",
+    "PackedImageDataset", "pack", "pack_sharded", "PackReport", "PackError",
     "DataLoader", "BatchStream", "LoaderProfile", "StuckWorkerWarning", "threads_available",
 ]

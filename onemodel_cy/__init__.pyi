@@ -30,6 +30,7 @@ from onemodel_cy.loader import threads_available as threads_available
 from onemodel_cy.data.pack import PackError as PackError
 from onemodel_cy.data.pack import PackReport as PackReport
 from onemodel_cy.data.pack import pack as pack
+from onemodel_cy.data.packshards import pack_sharded as pack_sharded
 
 # The named streams of §2 and of this package (docs/contract.md).
 STREAM_TRANSFORM: int

@@ -256,6 +256,18 @@ def add_pack_parser(commands) -> None:
                      help="the vocabulary of another pack, so that both give each symbol the same id "
                           "(train and test packs)")
     pack.add_argument("--workers", type=int, default=None, help="decoding threads (default: CPUs)")
+    pack.add_argument("--shards", type=int, default=None, metavar="N",
+                      help="write a sharded pack of N shards, one per partition of the labels file's lines "
+                           "(default: a plain pack)")
+    pack.add_argument("--engine", choices=("local", "dask"), default="local",
+                      help="where the shard tasks run: one after another here (local), or on Dask (the "
+                           "distributed extra): a local cluster of --engine-workers processes, or --scheduler's")
+    pack.add_argument("--engine-workers", type=int, default=None, metavar="K",
+                      help="processes of Dask's local cluster (default: CPUs); --workers is then the decoding "
+                           "threads of each task (default 1)")
+    pack.add_argument("--scheduler", metavar="ADDRESS", default=None,
+                      help="run the shard tasks on the Dask cluster of this scheduler (tcp://host:port); its workers "
+                           "must see FOLDER and OUT at the same paths")
     pack.add_argument("--overwrite", action="store_true", help="replace OUT once the new pack is complete")
     pack.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -268,6 +280,7 @@ def user_error(message, status: int) -> int:
 def _pack(args) -> int:
     from onemodel_cy.data.pack import pack
     from onemodel_cy.data.packfmt import INT32_END
+    from onemodel_cy.data.packshards import pack_sharded
     # What the command line names is checked first (status 2); what is in the files, while packing (1).
     if not os.path.isdir(args.folder):
         return user_error(f"{args.folder}: {'not a folder' if os.path.exists(args.folder) else 'no such folder'} "
@@ -281,24 +294,56 @@ def _pack(args) -> int:
         return user_error(f"--height must be an integer in [1, 2**31), received {args.height}", USAGE)
     if args.workers is not None and args.workers < 1:
         return user_error(f"--workers must be an integer >= 1, received {args.workers}", USAGE)
+    engine = _engine_argument(args)
+    if isinstance(engine, int):
+        return engine
     try:
         vocabulary = _vocabulary_argument(args)
     except (ValueError, OSError) as error:
         return user_error(error, USAGE)
     try:
-        report = pack(args.folder, args.out, labels=args.labels, height=args.height, mode=args.mode,
-                      vocabulary=vocabulary, workers=args.workers, progress=not args.no_progress,
-                      overwrite=args.overwrite)
+        common = dict(labels=args.labels, height=args.height, mode=args.mode, vocabulary=vocabulary,
+                      workers=args.workers, progress=not args.no_progress, overwrite=args.overwrite)
+        if args.shards is None:
+            report = pack(args.folder, args.out, **common)
+        else:
+            report = pack_sharded(args.folder, args.out, shards=args.shards, engine=engine,
+                                  engine_workers=args.engine_workers, **common)
     except FileExistsError as error:        # another writer published OUT meanwhile
         return user_error(error, USAGE)
-    except ImportError as error:            # Pillow missing: say how to get it (as `show`)
+    except ImportError as error:            # Pillow or dask missing: say how to get it (as `show`)
         return user_error(error, USAGE)
     # With the arguments checked, a ValueError is about the data: a PackError naming the
-    # labels file and its line, nothing left to pack; an OSError names its file (a full disk).
+    # labels file and its line, nothing left to pack, more shards than lines; an OSError
+    # names its file (a full disk); a RuntimeError, a shard task that ended its worker.
     except (ValueError, OSError) as error:
+        return user_error(error, DATA)
+    except RuntimeError as error:
+        if engine == "local":
+            raise
         return user_error(error, DATA)
     print(report.summary())
     return 0
+
+
+def _engine_argument(args):
+    """``pack``'s ``engine`` for ``--engine``/``--scheduler``, or the exit status of a one-line
+    error about them (the shard options go together: an engine writes a sharded pack)."""
+    if args.shards is not None and args.shards < 1:
+        return user_error(f"--shards must be an integer >= 1, received {args.shards}", USAGE)
+    if args.engine == "dask" and args.shards is None:
+        return user_error("--engine dask writes a sharded pack: give --shards N", USAGE)
+    if args.engine != "dask" and (args.engine_workers is not None or args.scheduler is not None):
+        return user_error("--engine-workers and --scheduler are options of --engine dask", USAGE)
+    if args.engine_workers is not None and args.scheduler is not None:
+        return user_error("--engine-workers starts a local cluster, --scheduler uses another: give one of them",
+                          USAGE)
+    if args.engine_workers is not None and args.engine_workers < 1:
+        return user_error(f"--engine-workers must be an integer >= 1, received {args.engine_workers}", USAGE)
+    if args.scheduler is not None and "://" not in args.scheduler:
+        return user_error(f"--scheduler must be a Dask scheduler's address (tcp://host:port), received "
+                          f"{args.scheduler!r}", USAGE)
+    return args.scheduler if args.scheduler is not None else args.engine
 
 
 def _vocabulary_argument(args):

@@ -41,9 +41,11 @@ class PackReport:
     seconds: float
     bytes: int
     vocabulary: tuple = None    # as the pack reads it, blank first (data/vocabulary.py); None: no text
+    shards: int = None          # a sharded pack's number of shards; None: a plain pack
 
     def summary(self) -> str:
-        lines = [f"packed {self.count} samples into {self.path} ({self.bytes / 1e6:.1f} MB) in "
+        into = self.path if self.shards is None else f"{self.path} ({self.shards} shard{'s' * (self.shards != 1)})"
+        lines = [f"packed {self.count} samples into {into} ({self.bytes / 1e6:.1f} MB) in "
                  f"{self.seconds:.1f} s ({self.count / max(self.seconds, 1e-9):.0f} samples/s); "
                  f"skipped {len(self.skipped)}"]
         if self.vocabulary is not None:
@@ -57,13 +59,16 @@ class PackReport:
 class _PackWriter:
     """Appends samples to a pack under construction in a temporary folder."""
 
-    def __init__(self, out: str, overwrite: bool):
+    def __init__(self, out: str, overwrite: bool, make_parent: bool = True):
+        """``make_parent=False`` (a shard): the folder ``out`` goes in must exist, so a task
+        still running after its sharded pack was abandoned cannot create it again."""
         self.out = os.path.abspath(os.fspath(out))
         self.overwrite = overwrite
         if os.path.lexists(self.out) and not overwrite:
             raise FileExistsError(f"{self.out}: already exists (pass overwrite=True / --overwrite to replace it)")
         parent, name = os.path.split(self.out)
-        os.makedirs(parent, exist_ok=True)
+        if make_parent:
+            os.makedirs(parent, exist_ok=True)
         self.tmp = os.path.join(parent, f".{name}.partial-{os.getpid()}-{secrets.token_hex(4)}")
         os.mkdir(self.tmp)
         self.pixels = None
@@ -130,77 +135,81 @@ class _PackWriter:
                     "arrays": {name: array_entry(self.tmp, name, d, shape) for name, (d, shape) in arrays.items()}}
         write_manifest(self.tmp, manifest)      # last: a folder without it is no pack
         size = sum(os.path.getsize(os.path.join(self.tmp, f)) for f in os.listdir(self.tmp))
-        self.move_into_place()
+        publish(self.tmp, self.out, self.overwrite)
         return n, size
 
-    def move_into_place(self) -> None:
-        """Publish: rename the finished folder to its name in one step that never replaces
-        what is there, unless ``overwrite`` (then what is there is moved aside first and
-        removed once the new pack is in place and the rename on the disk)."""
-        moved = []
-        if not self.overwrite:
-            try:
-                rename_exclusive(self.tmp, self.out)
-            except FileExistsError:
-                shutil.rmtree(self.tmp, ignore_errors=True)
-                raise FileExistsError(
-                    f"{self.out}: another writer published it while this pack was being written; it was "
-                    f"left as it is, and this writer's partial folder {self.tmp} was removed (pass "
-                    f"overwrite=True / --overwrite to replace it)") from None
-        else:
-            moved = self.replace()
-        try:
-            sync_folder(os.path.dirname(self.out))      # the rename itself reaches the disk
-        finally:
-            for aside in moved:
-                remove_path(aside)
-
-    def replace(self) -> list:
-        """Move what lies at ``out`` aside and publish exclusively, again until it succeeds,
-        so a writer that moved a pack aside never leaves ``out`` empty: when two writers
-        replace one pack, the last to publish wins and the other's pack is removed, never
-        both. The folders moved aside, to remove."""
-        moved = []
-        try:
-            for attempt in range(PUBLISH_ATTEMPTS):
-                try:
-                    rename_exclusive(self.tmp, self.out)
-                    return moved
-                except FileExistsError:
-                    pass
-                aside = f"{self.tmp}.replaced-{attempt}"
-                try:
-                    os.rename(self.out, aside)
-                except FileNotFoundError:       # another writer moved it aside first: publish again
-                    continue
-                moved.append(aside)
-            raise FileExistsError(f"{self.out}: other writers kept publishing here; {PUBLISH_ATTEMPTS} "
-                                  f"attempts to replace it failed, and this writer's partial folder was removed")
-        except BaseException:
-            # Put the newest pack moved aside back while the place is still empty: a failed
-            # replace loses nothing that was published.
-            if moved:
-                try:
-                    rename_exclusive(moved.pop(), self.out)
-                except OSError:
-                    pass
-            for aside in moved:
-                remove_path(aside)
-            raise
-
-    def abort(self, error: BaseException) -> None:
-        """Remove the partial folder after ``error``, whatever fails on the way: closing a
-        file on a full disk fails again (its buffer cannot be flushed), and is added to
-        ``error`` as a note instead of replacing it."""
+    def abort(self, error: BaseException | None) -> None:
+        """Remove the partial folder after ``error`` (None: a shard left empty, nothing to
+        publish), whatever fails on the way: closing a file on a full disk fails again (its
+        buffer cannot be flushed), and is added to ``error`` as a note instead of replacing it."""
         try:
             if not self.pixels.closed:
                 self.pixels.close()
         except Exception as close_error:
+            if error is None:
+                raise
             add_note(error, f"closing {self.pixels.name} failed too: {close_error!r}")
         finally:
             shutil.rmtree(self.tmp, ignore_errors=True)
             if os.path.lexists(self.tmp):
                 add_note(error, f"the partial folder {self.tmp} could not be removed")
+
+
+def publish(tmp: str, out: str, overwrite: bool) -> None:
+    """Rename the finished folder ``tmp`` (a pack, a shard, a sharded pack) to ``out`` in one
+    step that never replaces what is there, unless ``overwrite`` (then what is there is
+    moved aside first and removed once the new pack is in place and the rename on the disk)."""
+    moved = []
+    if not overwrite:
+        try:
+            rename_exclusive(tmp, out)
+        except FileExistsError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise FileExistsError(
+                f"{out}: another writer published it while this pack was being written; it was "
+                f"left as it is, and this writer's partial folder {tmp} was removed (pass "
+                f"overwrite=True / --overwrite to replace it)") from None
+    else:
+        moved = publish_replacing(tmp, out)
+    try:
+        sync_folder(os.path.dirname(out))      # the rename itself reaches the disk
+    finally:
+        for aside in moved:
+            remove_path(aside)
+
+
+def publish_replacing(tmp: str, out: str) -> list:
+    """Move what lies at ``out`` aside and publish exclusively, again until it succeeds,
+    so a writer that moved a pack aside never leaves ``out`` empty: when two writers
+    replace one pack, the last to publish wins and the other's pack is removed, never
+    both. The folders moved aside, to remove."""
+    moved = []
+    try:
+        for attempt in range(PUBLISH_ATTEMPTS):
+            try:
+                rename_exclusive(tmp, out)
+                return moved
+            except FileExistsError:
+                pass
+            aside = f"{tmp}.replaced-{attempt}"
+            try:
+                os.rename(out, aside)
+            except FileNotFoundError:       # another writer moved it aside first: publish again
+                continue
+            moved.append(aside)
+        raise FileExistsError(f"{out}: other writers kept publishing here; {PUBLISH_ATTEMPTS} "
+                              f"attempts to replace it failed, and this writer's partial folder was removed")
+    except BaseException:
+        # Put the newest pack moved aside back while the place is still empty: a failed
+        # replace loses nothing that was published.
+        if moved:
+            try:
+                rename_exclusive(moved.pop(), out)
+            except OSError:
+                pass
+        for aside in moved:
+            remove_path(aside)
+        raise
 
 
 PUBLISH_ATTEMPTS = 100
@@ -315,9 +324,9 @@ def pack(source, out, *, labels=None, height=32, mode="L", vocabulary=None, work
     overwrite : bool, default False
         Replace an existing ``out`` (only once the new pack is complete; of two writers
         replacing one pack, the last to publish wins).
-
     Every failure (an exception from the source, a full disk, a refused item) removes the
-    temporary folder and leaves ``out`` as it was.
+    temporary folder and leaves ``out`` as it was. :func:`pack_sharded` writes the same
+    samples as a sharded pack, its shards written in parallel.
     """
     started = time.perf_counter()
     writer = _PackWriter(out, overwrite)
@@ -355,11 +364,11 @@ def recorded_vocabulary(vocabulary):
     return symbol_table(vocabulary, ())
 
 
-def with_progress(items, total, progress):
+def with_progress(items, total, progress, unit="img"):
     if not progress:
         return items
     try:
         from tqdm import tqdm
     except ImportError:           # the bar is a convenience: pack without it
         return items
-    return tqdm(items, total=total, unit="img", desc="packing")
+    return tqdm(items, total=total, unit=unit, desc="packing")

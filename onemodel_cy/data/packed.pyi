@@ -1,7 +1,7 @@
 # Type stubs for the compiled module onemodel_cy.data.packed (a memory-mapped pack, docs/packed-format.md).
 import os
 from collections.abc import Sequence
-from typing import Any, SupportsIndex
+from typing import Any, SupportsIndex, final
 
 import numpy as np
 import numpy.typing as npt
@@ -28,6 +28,13 @@ class PackedImageDataset(PackedSource):
     # Made absolute on opening.
     @property
     def path(self) -> str: ...
+    # A pack read from a URL: the URL, the cache folder and its bound as given; else None.
+    @property
+    def url(self) -> str | None: ...
+    @property
+    def cache(self) -> str | os.PathLike[str] | None: ...
+    @property
+    def cache_bytes(self) -> int | None: ...
     # SHA-256 of manifest.json's bytes as opened: the pack's content identity.
     @property
     def manifest_sha256(self) -> str: ...
@@ -36,6 +43,9 @@ class PackedImageDataset(PackedSource):
     def pixel_kind(self) -> str: ...
     @property
     def manifest(self) -> dict[str, Any]: ...
+    # A sharded pack's shard folders in manifest order; () for a plain pack.
+    @property
+    def shards(self) -> tuple[str, ...]: ...
     @property
     def mean(self) -> _Constants | None: ...
     @property
@@ -55,10 +65,12 @@ class PackedImageDataset(PackedSource):
         std: _Constants | None = None,
         verify: str = "index",
         resident_limit: int | None = ...,
+        cache: str | os.PathLike[str] | None = None,
+        cache_bytes: int | None = None,
     ) -> None: ...
     def __len__(self) -> int: ...
     # Reopens the pack in the unpickling process, refusing one whose manifest changed.
-    def __reduce__(self) -> tuple[Any, tuple[str, Any, Any, str, int | None, str]]: ...
+    def __reduce__(self) -> tuple[Any, tuple[str, Any, Any, str, int | None, str, Any, int | None]]: ...
     # The checkpoint's name of this dataset: its content and mean/std, never its path.
     def fingerprint(self) -> str: ...
     def get_sample(self, index: SupportsIndex) -> Sample: ...
@@ -75,10 +87,18 @@ class PackedImageDataset(PackedSource):
     @property
     def shapes(self) -> npt.NDArray[np.int64]: ...
 
+# One read-only range of address space over several pixels.npy files (a sharded pack's).
+@final
+class PixelFiles: ...
+
+# The files of the maps back to back in one range: (array over it, element index of each file's data).
+def map_pixel_files(maps: list[np.memmap[Any, Any]]) -> tuple[npt.NDArray[Any], list[int]]: ...
+
 # Raises PackError when the manifest's SHA-256 is not manifest_sha256.
 def reopen(
     path: str, mean: _Constants | None, std: _Constants | None, verify: str,
     resident_limit: int | None, manifest_sha256: str,
+    cache: str | os.PathLike[str] | None = None, cache_bytes: int | None = None,
 ) -> PackedImageDataset: ...
 
 PACKED_GET_SAMPLE: Any

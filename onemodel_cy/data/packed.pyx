@@ -15,7 +15,8 @@ the same float32 operations per pixel: both routes give the same bytes.
 """
 cimport cython
 cimport numpy as cnp
-from posix.mman cimport madvise, MADV_DONTNEED
+from posix.mman cimport (madvise, mmap, munmap, MADV_DONTNEED, MAP_ANONYMOUS, MAP_FAILED, MAP_FIXED,
+                         MAP_NORESERVE, MAP_PRIVATE, MAP_SHARED, PROT_NONE, PROT_READ)
 from posix.unistd cimport sysconf, _SC_PAGESIZE
 import os
 
@@ -27,7 +28,9 @@ from onemodel_cy.core.sealed cimport sealed_copy
 from onemodel_cy.data.datasets cimport (PackedImages, PackedSource, Sample, PIXELS_FLOAT32, PIXELS_GRAY8,
                                         PIXELS_RGB8)
 from onemodel_cy.data.image import gray8_to_planar, rgb8_to_planar
-from onemodel_cy.data.packfmt import PackError, load_index, open_manifest
+from onemodel_cy.data.packfmt import (SHARDED_FORMAT as _SHARDED, PackError, join_shards, load_index, open_manifest,
+                                      open_shards)
+from onemodel_cy.data.packremote import fetch as _fetch, is_url as _is_url
 from onemodel_cy.data.vocabulary import decode as _decode, with_blank as _with_blank
 
 cnp.import_array()
@@ -69,7 +72,9 @@ cdef class PackedImageDataset(PackedSource):
     Parameters
     ----------
     path : str or os.PathLike
-        The pack's folder (holding ``manifest.json``).
+        The pack's folder (holding ``manifest.json``), or a sharded pack's: its shards are
+        read as one dataset, global index ``i`` counting through them in manifest order,
+        each shard checked against the manifest's SHA-256 of it (``docs/packed-format.md``).
     mean, std : float or sequence of float, optional
         §6's constants (one, or one per channel for RGB), required for 8-bit packs; a
         float32 pack is served as stored and takes neither.
@@ -82,6 +87,12 @@ cdef class PackedImageDataset(PackedSource):
         process's resident size flat at about this much. A pack whose pixels are no larger
         never releases (it stays mapped in whole); None never releases. The pages stay in
         the page cache, shared with other processes: a release costs only page faults.
+    cache, cache_bytes : path and int, optional
+        For a ``path`` that is a URL fsspec reads (``http(s)://``, ``s3://``; the ``remote``
+        extra): the local folder the pack is fetched into (default
+        ``~/.cache/onemodel_cy/packs``) and its bound in bytes (default 64 GiB; the packs
+        least recently opened are removed to make room). Each file is checked against the
+        manifest's size and SHA-256 as it arrives; the local copy is then read as any pack.
 
     Raises
     ------
@@ -100,9 +111,12 @@ cdef class PackedImageDataset(PackedSource):
     """
     cdef readonly Py_ssize_t count
     cdef readonly str path
+    cdef readonly object url, cache, cache_bytes   # a pack read from a URL (data/packremote.py); else None
     cdef readonly str manifest_sha256   # the content identity (docs/packed-format.md, "Identity")
     cdef readonly str pixel_kind        # "gray8", "rgb8" or "float32"
     cdef readonly object manifest
+    cdef readonly tuple shards          # a sharded pack's shard folders, in manifest order; () for a pack
+    cdef object _shard_starts           # the global index of each shard's first sample
     cdef readonly object mean, std, verify
     cdef int _kind
     cdef cnp.ndarray _pixels            # the read-only memory map of pixels.npy (kept alive here)
@@ -114,10 +128,11 @@ cdef class PackedImageDataset(PackedSource):
     cdef Py_ssize_t _release_after           # bytes read between releases; 0: never
     cdef Py_ssize_t _read_since_release
 
-    def __init__(self, path, mean=None, std=None, verify="index", resident_limit=DEFAULT_RESIDENT_LIMIT):
-        self._open(path, mean, std, verify, resident_limit, None)
+    def __init__(self, path, mean=None, std=None, verify="index", resident_limit=DEFAULT_RESIDENT_LIMIT,
+                 cache=None, cache_bytes=None):
+        self._open(path, mean, std, verify, resident_limit, None, cache, cache_bytes)
 
-    cdef _open(self, path, mean, std, verify, resident_limit, str expected):
+    cdef _open(self, path, mean, std, verify, resident_limit, str expected, cache, cache_bytes):
         """``__init__``; ``expected`` (unpickling) is the manifest SHA-256 the pack must still have."""
         if self._claimed:
             raise RuntimeError("PackedImageDataset.__init__ was already called on this dataset (workers may "
@@ -129,19 +144,27 @@ cdef class PackedImageDataset(PackedSource):
         if limit == 0:
             raise ValueError("resident_limit must be a positive number of bytes, or None (never release), "
                              "received 0")
-        # Absolute now: a later os.chdir cannot change which folder a pickled copy reopens
-        # (a symbolic link pointed elsewhere since is refused by the manifest's digest).
-        folder = os.path.abspath(os.fspath(path))
+        if _is_url(path):
+            # Fetched into the local cache (or found there), then read as any pack on disk.
+            self.url, self.cache, self.cache_bytes = path, cache, cache_bytes
+            folder = _fetch(path, cache, cache_bytes)
+        else:
+            if cache is not None or cache_bytes is not None:
+                raise ValueError(f"cache and cache_bytes are for a pack at a URL, received a local path {path!r}")
+            # Absolute now: a later os.chdir cannot change which folder a pickled copy reopens
+            # (a symbolic link pointed elsewhere since is refused by the manifest's digest).
+            folder = os.path.abspath(os.fspath(path))
+        where = folder if self.url is None else path     # what the user named
         try:
             manifest, digest = open_manifest(folder)
         except PackError as error:
             if expected is None:
                 raise
-            raise PackError(f"{folder} was replaced or removed since it was opened (manifest SHA-256 "
+            raise PackError(f"{where} was replaced or removed since it was opened (manifest SHA-256 "
                             f"{expected}): {error}; open it again") from None
         if expected is not None and digest != expected:
             # Another pack at the same path: serving it would mix two datasets in one stream.
-            raise PackError(f"{folder} was replaced since it was opened: manifest SHA-256 {digest}, "
+            raise PackError(f"{where} was replaced since it was opened: manifest SHA-256 {digest}, "
                             f"expected {expected}; open it again")
         kind = manifest["pixels"]
         if kind == "float32" and (mean is not None or std is not None):
@@ -152,7 +175,15 @@ cdef class PackedImageDataset(PackedSource):
                              f"received mean={mean!r}, std={std!r}")
         convert = (np.zeros(6, dtype=np.float32) if kind == "float32"
                    else planar_constants(mean, std, 1 if kind == "gray8" else 3))
-        arrays = load_index(folder, manifest, verify)
+        if manifest["format"] == _SHARDED:
+            opened = open_shards(folder, manifest, verify)
+            pixels, starts = map_pixel_files([shard_arrays["pixels"] for _, shard_arrays in opened])
+            arrays = join_shards(opened, pixels, starts)
+            self.shards = tuple(shard for shard, _ in opened)
+            self._shard_starts = np.cumsum([0] + [entry["count"] for entry in manifest["shards"]])
+        else:
+            arrays = load_index(folder, manifest, verify)
+            self.shards = ()
         self._install(arrays, convert)
         self.path, self.manifest, self.pixel_kind = folder, manifest, kind
         self.manifest_sha256 = digest
@@ -188,7 +219,8 @@ cdef class PackedImageDataset(PackedSource):
         ready(self)
         if type(self) is not PackedImageDataset:
             raise TypeError(f"{type(self).__name__} must define __reduce__ to be pickled")
-        return (reopen, (self.path, self.mean, self.std, self.verify, self.resident_limit, self.manifest_sha256))
+        return (reopen, (self.path if self.url is None else self.url, self.mean, self.std, self.verify,
+                         self.resident_limit, self.manifest_sha256, self.cache, self.cache_bytes))
 
     def fingerprint(self):
         """What a checkpoint names this dataset by (``DataLoader.fingerprint``): the pack's
@@ -285,7 +317,11 @@ cdef class PackedImageDataset(PackedSource):
         try:
             return stored.decode("utf-8")
         except UnicodeDecodeError as error:     # keys are not hashed into the index checks' values
-            raise PackError(f"{os.path.join(self.path, 'keys.npy')}: key of sample {i} is not UTF-8 "
+            folder, local = self.path, i
+            if self.shards:
+                shard = int(np.searchsorted(self._shard_starts, i, side="right")) - 1
+                folder, local = self.shards[shard], i - int(self._shard_starts[shard])
+            raise PackError(f"{os.path.join(folder, 'keys.npy')}: key of sample {local} is not UTF-8 "
                             f"({error})") from None
 
     def release_pages(self):
@@ -335,12 +371,66 @@ def float32_text(values, channels):
     return "[" + ", ".join(str(v) for v in per_channel(values, channels)) + "]"
 
 
-def reopen(path, mean, std, verify, resident_limit, str manifest_sha256 not None):
+@cython.final
+cdef class PixelFiles:
+    """One read-only range of address space holding several ``pixels.npy`` files back to
+    back, each mapped whole from a page boundary; unmapped when the last array over it goes.
+
+    The fetch step reads a pack through one pixels pointer (``PackedImages``): a sharded
+    pack is served as one array over its shards' files (headers and page padding between
+    them are never pointed at), each shard's offsets shifted by where its data lies."""
+    cdef char* base
+    cdef size_t length
+
+    def __dealloc__(self):
+        if self.base != NULL:
+            munmap(self.base, self.length)
+
+
+def map_pixel_files(list maps):
+    """The files behind ``maps`` (each shard's checked ``np.memmap`` of its ``pixels.npy``)
+    mapped read-only, back to back, into one reserved range: ``(array over the range of the
+    maps' dtype, [element index of each file's first pixel in it])``. Each file is mapped
+    at the size its check saw, so a file that changed size since is refused here."""
+    cdef size_t page = <size_t>sysconf(_SC_PAGESIZE)
+    cdef size_t length = 0
+    cdef void* placed
+    cdef PixelFiles owner = PixelFiles()
+    dtype = maps[0].dtype
+    starts, sizes = [], []
+    for pixels in maps:
+        size = <size_t>(pixels.offset + pixels.nbytes)       # header + data: the whole checked file
+        starts.append(length)
+        sizes.append(size)
+        length += (size + page - 1) // page * page
+    placed = mmap(NULL, length, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+    if placed == MAP_FAILED:
+        raise OSError(f"reserving {length} bytes of address space for the pixels of {len(maps)} shards failed")
+    owner.base, owner.length = <char*>placed, length
+    for pixels, start, size in zip(maps, starts, sizes):
+        fd = os.open(pixels.filename, os.O_RDONLY)
+        try:
+            if os.fstat(fd).st_size != size:
+                raise PackError(f"{pixels.filename}: holds {os.fstat(fd).st_size} bytes, {size} when it was "
+                                f"checked (changed while the pack was being opened)")
+            placed = mmap(owner.base + <size_t>start, size, PROT_READ, MAP_SHARED | MAP_FIXED, fd, 0)
+            if placed == MAP_FAILED:
+                raise OSError(f"mapping {pixels.filename} failed")
+        finally:
+            os.close(fd)
+    cdef cnp.npy_intp count = <cnp.npy_intp>(length // dtype.itemsize)
+    cdef cnp.ndarray array = cnp.PyArray_SimpleNewFromData(1, &count, dtype.num, owner.base)
+    cnp.PyArray_CLEARFLAGS(array, cnp.NPY_ARRAY_WRITEABLE)
+    cnp.set_array_base(array, owner)       # the range lives as long as the array
+    return array, [(start + pixels.offset) // dtype.itemsize for pixels, start in zip(maps, starts)]
+
+
+def reopen(path, mean, std, verify, resident_limit, str manifest_sha256 not None, cache=None, cache_bytes=None):
     """Unpickling: open the pack at ``path`` again (a process maps it itself, sharing its
     pages), refusing with a ``PackError`` a pack whose manifest SHA-256 is not
     ``manifest_sha256``: the bytes served are the pickled dataset's, or none."""
     cdef PackedImageDataset dataset = PackedImageDataset.__new__(PackedImageDataset)
-    dataset._open(path, mean, std, verify, resident_limit, manifest_sha256)
+    dataset._open(path, mean, std, verify, resident_limit, manifest_sha256, cache, cache_bytes)
     return dataset
 
 

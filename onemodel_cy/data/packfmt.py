@@ -11,12 +11,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import struct
 import tokenize
 
 import numpy as np
 
 FORMAT = "onemodel_cy-pack"
+SHARDED_FORMAT = "onemodel_cy-sharded-pack"    # a folder of packs (shards) read as one dataset
 VERSION = 1
 MANIFEST = "manifest.json"
 HEADER_BYTES = 128            # every array's .npy header (magic to '\n'), so data starts 64-aligned
@@ -101,14 +103,15 @@ def write_manifest(folder: str, manifest: dict) -> None:
 # ---------------------------------------------------------------- reading
 
 def read_manifest(folder: str) -> dict:
-    """The manifest of the pack in ``folder``, its version and fields checked."""
+    """The manifest of the pack (or sharded pack) in ``folder``, its version and fields checked."""
     return open_manifest(folder)[0]
 
 
 def open_manifest(folder: str) -> tuple[dict, str]:
-    """``(manifest, sha256)``: the manifest of the pack in ``folder``, its version and fields
-    checked, and the SHA-256 of its bytes, the pack's content identity (the manifest records
-    every array's SHA-256, so it names the content, wherever the folder lies). The file is
+    """``(manifest, sha256)``: the manifest of the pack or sharded pack in ``folder`` (its
+    ``format`` tells which), its version and fields checked, and the SHA-256 of its bytes,
+    the pack's content identity (the manifest records every array's SHA-256, or every
+    shard's manifest SHA-256, so it names the content, wherever the folder lies). The file is
     read once and the digest is of the very bytes parsed: a pack replaced between two reads
     could otherwise pair one pack's digest with another's fields."""
     path = os.path.join(folder, MANIFEST)
@@ -126,9 +129,10 @@ def open_manifest(folder: str) -> tuple[dict, str]:
     if oversized is not None:
         raise PackError(f"{path}: {oversized[0]} is an integer of {oversized[1]} digits; every integer "
                         f"field of a manifest fits in 64 bits")
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise PackError(f"{path}: format must be {FORMAT!r}, received "
-                        f"{manifest.get('format') if isinstance(manifest, dict) else type(manifest).__name__!r}")
+    if not isinstance(manifest, dict) or manifest.get("format") not in (FORMAT, SHARDED_FORMAT):
+        received = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
+        raise PackError(f"{path}: format must be {FORMAT!r} (a pack) or {SHARDED_FORMAT!r} (a sharded pack), "
+                        f"received {received!r}")
     if type(manifest.get("version")) is not int or manifest["version"] != VERSION:   # True == 1 and 1.0 == 1
         raise PackError(f"{path}: pack format version {manifest.get('version')!r}; this reader reads "
                         f"version {VERSION} only")
@@ -137,6 +141,9 @@ def open_manifest(folder: str) -> tuple[dict, str]:
         raise PackError(f"{path}: count must be an integer in [1, 2**31), received {count!r}")
     if not isinstance(kind, str) or kind not in KINDS:      # a list or a dict is unhashable
         raise PackError(f"{path}: pixels must be one of {sorted(KINDS)}, received {kind!r}")
+    if manifest["format"] == SHARDED_FORMAT:
+        check_shard_list(path, manifest)
+        return manifest, hashlib.sha256(data).hexdigest()
     arrays = manifest.get("arrays")
     if not isinstance(arrays, dict):
         raise PackError(f"{path}: arrays must be an object naming each array file, received {arrays!r}")
@@ -293,3 +300,92 @@ def check_offsets(folder: str, name: str, offsets: np.ndarray, length: int, of: 
     if offsets[0] != 0 or offsets[-1] != length or np.any(np.diff(offsets) < 0):
         fail(folder, name, f"must rise from 0 to the {length} entries of {of}.npy, received first "
              f"{offsets[0]}, last {offsets[-1]}{', and a decrease' if np.any(np.diff(offsets) < 0) else ''}")
+
+
+# ---------------------------------------------------------------- sharded packs
+
+# A shard is a sub-folder of the sharded pack, named by a plain name: never a path that
+# could leave the pack's folder (no separator, no leading dot, so never "." or "..").
+SHARD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}\Z")
+SHA256_HEX = re.compile(r"[0-9a-f]{64}\Z")
+
+
+def check_shard_list(path: str, manifest: dict) -> None:
+    """The fields of a sharded pack's manifest beyond those of every manifest: ``shards``, a
+    non-empty list of ``{"name", "count", "manifest_sha256"}`` with distinct names whose
+    counts add up to ``count``, and ``vocabulary`` (a list or null)."""
+    shards = manifest.get("shards")
+    if not isinstance(shards, list) or not shards:
+        raise PackError(f"{path}: shards must be a non-empty list of {{name, count, manifest_sha256}}, "
+                        f"received {shards!r}")
+    for k, entry in enumerate(shards):
+        if (not isinstance(entry, dict) or not isinstance(entry.get("name"), str)
+                or not SHARD_NAME.match(entry["name"]) or type(entry.get("count")) is not int
+                or not 1 <= entry["count"] < INT32_END or not isinstance(entry.get("manifest_sha256"), str)
+                or not SHA256_HEX.match(entry["manifest_sha256"])):
+            raise PackError(f"{path}: shards[{k}] must be {{\"name\": a plain folder name ({SHARD_NAME.pattern}), "
+                            f"\"count\": an integer in [1, 2**31), \"manifest_sha256\": 64 lowercase hex digits}}, "
+                            f"received {entry!r}")
+    names = [entry["name"] for entry in shards]
+    if len(set(names)) != len(names):
+        raise PackError(f"{path}: shard names must be distinct, received {names}")
+    total = sum(entry["count"] for entry in shards)
+    if total != manifest["count"]:
+        raise PackError(f"{path}: the shards' counts add up to {total}, the manifest's count is {manifest['count']}")
+    vocabulary = manifest.get("vocabulary")
+    if vocabulary is not None and not (isinstance(vocabulary, list) and all(isinstance(s, str) for s in vocabulary)):
+        raise PackError(f"{path}: vocabulary must be a list of strings or null, received {vocabulary!r}")
+
+
+def open_shards(folder: str, manifest: dict, verify: str) -> list:
+    """Every shard of the sharded pack in ``folder`` opened as a pack (``load_index``) and
+    checked against the pack's manifest: its manifest's SHA-256 is the one recorded (so
+    each of its arrays is the one written), its count, pixel kind and vocabulary agree,
+    and either every shard has keys or none. Returns ``[(shard folder, arrays)]`` in
+    manifest order. Each error names the shard."""
+    shards = manifest["shards"]
+    opened = []
+    for k, entry in enumerate(shards):
+        where = f"{folder}: shard {k} of {len(shards)} ({entry['name']})"
+        shard = os.path.join(folder, entry["name"])
+        try:
+            inner, digest = open_manifest(shard)
+            if inner["format"] != FORMAT:
+                raise PackError(f"{os.path.join(shard, MANIFEST)}: a shard is a pack (format {FORMAT!r}), "
+                                f"received {inner['format']!r}")
+            if digest != entry["manifest_sha256"]:
+                raise PackError(f"{os.path.join(shard, MANIFEST)}: SHA-256 {digest}, the pack's manifest records "
+                                f"{entry['manifest_sha256']} (the shard was replaced or changed after the pack "
+                                f"was written)")
+            for field, value in (("count", entry["count"]), ("pixels", manifest["pixels"]),
+                                 ("vocabulary", manifest.get("vocabulary"))):
+                if inner.get(field) != value:
+                    raise PackError(f"{os.path.join(shard, MANIFEST)}: {field} {inner.get(field)!r}, the pack's "
+                                    f"manifest records {value!r}")
+            opened.append((shard, load_index(shard, inner, verify)))
+        except PackError as error:
+            raise PackError(f"{where}: {error}") from None
+    with_keys = [("keys" in arrays) for _, arrays in opened]
+    if len(set(with_keys)) > 1:
+        k = with_keys.index(not with_keys[0])
+        raise PackError(f"{folder}: shard 0 ({shards[0]['name']}) {'has' if with_keys[0] else 'has no'} keys, "
+                        f"shard {k} ({shards[k]['name']}) {'has' if with_keys[k] else 'has no'} keys: every shard "
+                        f"has keys, or none")
+    return opened
+
+
+def join_shards(opened: list, pixels: np.ndarray, starts: list) -> dict:
+    """The index arrays of one pack over every shard, in manifest order: shard k's samples
+    follow shard k - 1's, its pixel offsets shifted by ``starts[k]`` (where its pixels
+    begin in ``pixels``, the shards' pixel files mapped back to back), its target and key
+    offsets by the targets and keys before it."""
+    arrays = {"pixels": pixels,
+              "pixel_offsets": np.concatenate([a["pixel_offsets"] + start for (_, a), start in zip(opened, starts)]),
+              "shapes": np.concatenate([a["shapes"] for _, a in opened]),
+              "labels": np.concatenate([a["labels"] for _, a in opened])}
+    names = [("targets", "target_offsets")] + ([("keys", "key_offsets")] if "keys" in opened[0][1] else [])
+    for values, offsets in names:
+        arrays[values] = np.concatenate([a[values] for _, a in opened])
+        before = np.cumsum([0] + [a[values].shape[0] for _, a in opened])
+        arrays[offsets] = np.concatenate([a[offsets][:-1] + b for (_, a), b in zip(opened, before)] + [before[-1:]])
+    return arrays

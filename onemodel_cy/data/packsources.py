@@ -101,6 +101,17 @@ def try_decode(args):
 
 def folder_samples(folder, labels, height, mode, vocabulary, workers):
     """The samples of an image folder: decoded in ``workers`` threads, in the labels file's order."""
+    usable, ids, symbols, skipped = folder_plan(folder, labels, height, mode, vocabulary)
+    threads = decode_threads(workers)
+    return decoded(usable, ids, height, mode, threads, skipped), skipped, symbols, len(usable)
+
+
+def folder_plan(folder, labels, height, mode, vocabulary):
+    """What packing a folder decodes, before any image is read: ``(entries, ids, symbols,
+    skipped)``, the labels file's usable ``(position, name, path, text)`` entries in order,
+    the symbol of each id, and the entries skipped (empty text, symbols outside the
+    vocabulary). A sharded pack cuts ``entries`` into its partitions: every shard gives a
+    symbol the id fixed here."""
     try:
         import PIL  # noqa: F401
     except ImportError:
@@ -129,10 +140,15 @@ def folder_samples(folder, labels, height, mode, vocabulary, workers):
             skipped.append((entry[1], f"label uses symbols outside the vocabulary: {''.join(unknown)!r}"))
         else:
             usable.append(entry)
-    threads = workers if workers is not None else (os.cpu_count() or 1)
+    return usable, ids, symbols, skipped
+
+
+def decode_threads(workers, default=None) -> int:
+    """The decoding threads ``workers`` asks for (None: ``default``, or the number of CPUs)."""
+    threads = workers if workers is not None else (default or os.cpu_count() or 1)
     if type(threads) is not int or threads < 1:
         raise ValueError(f"workers must be an integer >= 1, received {workers!r}")
-    return decoded(usable, ids, height, mode, threads, skipped), skipped, symbols, len(usable)
+    return threads
 
 
 def decoded(entries, ids, height, mode, threads, skipped):
@@ -220,11 +236,12 @@ def iterable_samples(items):
     return stream(), skipped
 
 
-def dataset_samples(dataset):
+def dataset_samples(dataset, start=0, stop=None):
+    """Samples ``start`` .. ``stop - 1`` of ``dataset`` (by default all), named by their index."""
     skipped = []
 
     def stream():
-        for i in range(len(dataset)):
+        for i in range(start, len(dataset) if stop is None else stop):
             try:
                 sample = dataset.get_sample(i)
             except Exception as error:

@@ -1,0 +1,237 @@
+"""The sharded pack writer: ``pack_sharded(...)`` and ``onemodel-cy pack --shards N``.
+
+A sharded pack (``docs/packed-format.md``, "Sharded packs") is a folder of plain packs, one
+per contiguous partition of the source, and a manifest naming them in order with their
+counts and manifest SHA-256. Writing one takes three steps:
+
+1. ``plan`` (the caller): read what says which items there are (the labels file, the
+   dataset's length), fix the vocabulary once, so that every shard gives a symbol the same
+   id, and cut the items into ``shards`` partitions: a ``ShardJob`` each.
+2. ``write_shard`` (a task, here or on an engine's worker: ``packdask.py``): one partition
+   written as a plain pack by the pack writer, inside the sharded pack's partial folder,
+   published there under its name by the writer's own rename. A failed attempt removes
+   its files; one whose process died leaves a hidden folder that step 3 removes.
+3. ``finish`` (the caller): remove whatever is in the partial folder but not a shard that
+   a task reported, write the manifest, and publish the folder with the writer's
+   exclusive rename. If any task failed for good, the partial folder is removed instead:
+   nothing is published.
+
+The samples, labels, keys, vocabulary and skips are those ``pack`` gives for the same
+source, in the same order (tested sample for sample and through the loader): only the
+files differ.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+import shutil
+import time
+
+from onemodel_cy.data.pack import (PackReport, _PackWriter, add_note, publish, recorded_vocabulary, remove_path,
+                                   sync_folder, with_progress)
+from onemodel_cy.data.packfmt import INT32_END, SHARDED_FORMAT, VERSION, open_manifest, write_manifest
+from onemodel_cy.data.vocabulary import with_blank
+
+ENGINES = ("local", "dask")
+
+
+@dataclasses.dataclass
+class ShardJob:
+    """One partition of the source, what one task packs into one shard. Pickled to an
+    engine's worker: it holds the folder entries (not the images) or the dataset itself."""
+    name: str                   # the shard's folder name in the pack
+    source: str                 # "folder" or "dataset", recorded in the shard's manifest
+    vocabulary: list | None     # fixed by the plan, the same in every shard
+    start: int                  # the partition: items start .. stop - 1 of the plan
+    stop: int
+    entries: list = None        # a folder: the labels file's entries of this partition
+    ids: dict = None
+    height: int = 0
+    mode: str = "L"
+    threads: int = 1
+    dataset: object = None      # a dataset: the whole dataset (its items start .. stop - 1 packed)
+
+    def samples(self):
+        """``(stream of checked samples, skipped list)`` of this partition, as ``pack`` reads them."""
+        if self.source == "folder":
+            from onemodel_cy.data.packsources import decoded
+            skipped = []
+            return decoded(self.entries, self.ids, self.height, self.mode, self.threads, skipped), skipped
+        from onemodel_cy.data.packsources import dataset_samples
+        return dataset_samples(self.dataset, self.start, self.stop)
+
+    def describe(self) -> str:
+        if self.source == "folder":
+            return f"labels lines {self.entries[0][0] + 1}..{self.entries[-1][0] + 1}"
+        return f"dataset indices {self.start}..{self.stop - 1}"
+
+
+def write_shard(folder: str, job: ShardJob) -> dict:
+    """The task: ``job``'s partition written as a pack named ``job.name`` in ``folder`` (the
+    sharded pack's partial folder, which must exist: a task still running after its pack
+    was abandoned writes nothing). Returns ``{"name", "count", "skipped"}``; a count of 0
+    (every item skipped) publishes no shard. A retried task replaces what an earlier
+    attempt of it published (the same bytes: a shard is a function of its partition)."""
+    writer = _PackWriter(os.path.join(folder, job.name), overwrite=True, make_parent=False)
+    try:
+        items, skipped = job.samples()
+        for image, target, label, key in items:
+            writer.add(image, target, label, key)
+        if not writer.labels:
+            writer.abort(None)
+            return {"name": job.name, "count": 0, "skipped": skipped}
+        count, _ = writer.finish(job.vocabulary, job.source)
+    except BaseException as error:
+        writer.abort(error)
+        add_note(error, f"while writing shard {job.name} ({job.describe()})")
+        raise
+    return {"name": job.name, "count": count, "skipped": skipped}
+
+
+def plan(source, shards, *, labels, height, mode, vocabulary, workers, engine):
+    """``(jobs, skipped, vocabulary, source name)``: the source cut into ``shards`` contiguous
+    partitions, ``shards`` at most the number of items to pack."""
+    if isinstance(source, (str, os.PathLike)):
+        if labels is None:
+            raise TypeError("packing a folder needs labels= (a file of 'name<TAB>text' lines)")
+        from onemodel_cy.data.packsources import decode_threads, folder_plan
+        entries, ids, symbols, skipped = folder_plan(source, labels, height, mode, vocabulary)
+        # On an engine its workers are the parallelism: one decoding thread per task by default.
+        threads = decode_threads(workers, default=1 if engine != "local" else None)
+        common = dict(source="folder", vocabulary=symbols, ids=ids, height=height, mode=mode, threads=threads)
+        cut = partitions(len(entries), shards)
+        return ([ShardJob(shard_name(k), start=a, stop=b, entries=entries[a:b], **common)
+                 for k, (a, b) in enumerate(cut)], skipped, symbols, "folder")
+    if hasattr(source, "get_sample"):
+        symbols = recorded_vocabulary(vocabulary)
+        cut = partitions(len(source), shards)
+        return ([ShardJob(shard_name(k), "dataset", symbols, a, b, dataset=source) for k, (a, b) in enumerate(cut)],
+                [], symbols, "dataset")
+    raise TypeError(f"shards= needs a folder of images (with labels=) or a dataset (len and get_sample), whose "
+                    f"items can be cut into partitions; received {type(source).__name__} (pack writes an "
+                    f"iterable, whole)")
+
+
+def partitions(total: int, shards: int) -> list:
+    """``shards`` contiguous ``(start, stop)`` ranges of ``range(total)``, as even as can be."""
+    if total == 0:
+        raise ValueError("nothing to pack: every item was skipped or the source was empty")
+    if shards > total:
+        raise ValueError(f"shards must be at most the {total} items to pack, received {shards}")
+    return [(k * total // shards, (k + 1) * total // shards) for k in range(shards)]
+
+
+def shard_name(k: int) -> str:
+    return f"shard-{k:05d}"
+
+
+def finish(folder: str, out: str, results: list, vocabulary, source: str, overwrite: bool) -> tuple[int, int, int]:
+    """Write the manifest of the shards the tasks reported and publish ``folder`` as ``out``;
+    ``(count, shards, bytes)``. Anything else in ``folder`` (a hidden folder of an attempt
+    whose process died, a shard a retried attempt left empty) is removed first."""
+    kept = [r for r in results if r["count"]]
+    if not kept:
+        raise ValueError("nothing to pack: every item was skipped or the source was empty")
+    names = {r["name"] for r in kept}
+    for entry in os.listdir(folder):
+        if entry not in names:
+            remove_path(os.path.join(folder, entry))
+    shards, kinds = [], set()
+    for result in kept:
+        manifest, digest = open_manifest(os.path.join(folder, result["name"]))
+        shards.append({"name": result["name"], "count": manifest["count"], "manifest_sha256": digest})
+        kinds.add(manifest["pixels"])
+    if len(kinds) != 1:
+        raise TypeError(f"every image of a pack has one kind of pixels: the shards hold {sorted(kinds)}")
+    count = sum(shard["count"] for shard in shards)
+    if count >= INT32_END:
+        raise ValueError(f"a pack holds fewer than 2**31 samples, these shards hold {count}")
+    write_manifest(folder, {"format": SHARDED_FORMAT, "version": VERSION, "count": count, "pixels": kinds.pop(),
+                            "vocabulary": vocabulary, "source": source, "shards": shards})
+    sync_folder(folder)
+    size = sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(folder) for f in files)
+    publish(folder, out, overwrite)
+    return count, len(shards), size
+
+
+def pack_sharded(source, out, *, shards, engine="local", engine_workers=None, labels=None, height=32, mode="L",
+                 vocabulary=None, workers=None, progress=True, overwrite=False) -> PackReport:
+    """Write the samples :func:`pack` writes for ``source`` as a sharded pack of ``shards``
+    shards (``docs/packed-format.md``, "Sharded packs"), one per contiguous partition of the
+    source, each written by a task: the same sample at every index, the same vocabulary
+    and skip report. The arguments not listed here are :func:`pack`'s.
+
+    Parameters
+    ----------
+    source : folder path or dataset
+        A folder of image files (with ``labels=``) or an object with ``get_sample(i)`` and
+        ``len`` (its items can be cut into partitions; an iterable cannot).
+    shards : int
+        How many shards (partitions), at least 1 and at most the items to pack.
+    engine : {"local", "dask"}, a scheduler address or a dask.distributed.Client, default "local"
+        Where the shard tasks run: one after another in this process; on a Dask
+        ``LocalCluster`` of ``engine_workers`` processes started and closed here (the
+        ``distributed`` extra); or on the cluster of the Dask scheduler at the given
+        address (``"tcp://host:port"``) or of the given client, whose workers must see
+        ``out``'s folder and, for a folder source, the images, at the same paths. With an
+        engine, ``workers`` is the decoding threads of each task (default 1).
+    engine_workers : int, optional
+        The processes of the ``LocalCluster`` (default: the number of CPUs).
+
+    A task that fails is run again (Dask's retries; one whose process died is rescheduled)
+    and what its attempt left is removed; if one fails for good, its error is raised (with
+    a note naming the shard and its items) and nothing is published.
+    """
+    started = time.perf_counter()
+    if type(shards) is not int or shards < 1:
+        raise ValueError(f"shards must be an integer >= 1, received {shards!r}")
+    client = None
+    if isinstance(engine, str) and "://" in engine:        # a Dask scheduler's address
+        client, engine = engine, "dask"
+    elif engine is None or isinstance(engine, str):
+        if (engine or "local") not in ENGINES:
+            raise ValueError(f"engine must be one of {ENGINES}, a Dask scheduler's address (tcp://host:port) or a "
+                             f"dask.distributed Client, received {engine!r}")
+        engine = engine or "local"
+    else:
+        client, engine = engine, "dask"
+    if engine_workers is not None and (engine != "dask" or client is not None):
+        raise ValueError(f"engine_workers is the size of the LocalCluster engine='dask' starts; received "
+                         f"engine_workers={engine_workers!r} with engine={engine if client is None else client!r}")
+    out = os.path.abspath(os.fspath(out))
+    if os.path.lexists(out) and not overwrite:
+        raise FileExistsError(f"{out}: already exists (pass overwrite=True / --overwrite to replace it)")
+    jobs, skipped, symbols, name = plan(source, shards, labels=labels, height=height, mode=mode,
+                                        vocabulary=vocabulary, workers=workers, engine=engine)
+    parent, base = os.path.split(out)
+    os.makedirs(parent, exist_ok=True)
+    folder = os.path.join(parent, f".{base}.partial-{os.getpid()}-{secrets.token_hex(4)}")
+    os.mkdir(folder)
+    try:
+        if engine == "local":
+            results = [write_shard(folder, job) for job in with_progress(jobs, len(jobs), progress, "shard")]
+        else:
+            from onemodel_cy.data.packdask import run_on_dask
+            results = run_on_dask(write_shard, folder, jobs, client=client, workers=engine_workers,
+                                  progress=progress)
+        count, written, size = finish(folder, out, results, symbols, name, overwrite)
+    except BaseException:
+        abandon(folder)
+        raise
+    skipped = skipped + [item for result in results for item in result["skipped"]]
+    return PackReport(out, count, skipped, time.perf_counter() - started, size,
+                      None if symbols is None else with_blank(symbols), shards=written)
+
+
+def abandon(folder: str) -> None:
+    """Remove the partial folder of a pack that failed. It is renamed first: a task still
+    running on a cluster this writer does not own (cancelled, but a running task cannot be
+    stopped) creates its files by paths under the old name, which then fail, so nothing
+    appears in the folder while it is being removed, and nothing recreates it."""
+    doomed = f"{folder}.abandoned"
+    try:
+        os.rename(folder, doomed)
+    except OSError:
+        doomed = folder
+    shutil.rmtree(doomed, ignore_errors=True)
