@@ -15,7 +15,6 @@ import os
 import sys
 
 import cloudpickle
-import numpy as np
 import pytest
 from dask.distributed import Client, LocalCluster
 
@@ -24,8 +23,8 @@ from onemodel_cy.cli import main
 from onemodel_cy.data import packshards
 from onemodel_cy.data.pack import remove_path
 from harness import batch_bits
+from line_images import random_png_lines
 
-Image = pytest.importorskip("PIL.Image")
 
 pytestmark = pytest.mark.usefixtures("without_fsync")     # conftest.py: in this process and (below) the workers
 
@@ -50,12 +49,7 @@ def client():
 def folder(tmp_path_factory):
     """17 gray PNG lines, one of them corrupt (skipped inside a shard), and a labels file."""
     root = tmp_path_factory.mktemp("lines")
-    rng = np.random.default_rng(11)
-    lines = []
-    for i in range(17):
-        w, h = int(rng.integers(5, 50)), int(rng.integers(6, 16))
-        Image.fromarray(rng.integers(0, 256, (h, w), dtype=np.uint8), "L").save(root / f"{i:02d}.png")
-        lines.append(f"{i:02d}.png\t{''.join(rng.choice(list('lorem ipsum'), int(rng.integers(1, 9))))}")
+    lines = random_png_lines(root, 17, seed=11, widths=(5, 50), heights=(6, 16), alphabet="lorem ipsum")
     (root / "05.png").write_bytes(b"corrupt")
     (root / "labels.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return str(root), str(root / "labels.txt")

@@ -22,8 +22,8 @@ import onemodel_cy as om
 from onemodel_cy.cli import main
 from onemodel_cy.data.packfmt import PackError
 from harness import batch_bits
+from line_images import random_png_lines
 
-Image = pytest.importorskip("PIL.Image")
 
 pytestmark = pytest.mark.usefixtures("without_fsync")     # conftest.py
 
@@ -33,12 +33,7 @@ def folder(tmp_path_factory):
     """23 gray PNG lines of random widths, one corrupt file (a skip inside shard 1 of 3), a
     blank line and an empty text (skips before the partitions are cut), a labels file."""
     root = tmp_path_factory.mktemp("lines")
-    rng = np.random.default_rng(7)
-    lines = []
-    for i in range(23):
-        w, h = int(rng.integers(5, 60)), int(rng.integers(6, 20))
-        Image.fromarray(rng.integers(0, 256, (h, w), dtype=np.uint8), "L").save(root / f"{i:02d}.png")
-        lines.append(f"{i:02d}.png\t{''.join(rng.choice(list('abcdef xyz'), int(rng.integers(1, 9))))}")
+    lines = random_png_lines(root, 23, seed=7, widths=(5, 60), heights=(6, 20), alphabet="abcdef xyz")
     (root / "09.png").write_bytes(b"not a png")
     lines.insert(4, "")
     lines[15] = lines[15].split("\t")[0] + "\t "
