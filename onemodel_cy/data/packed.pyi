@@ -1,6 +1,6 @@
 # Type stubs for the compiled module onemodel_cy.data.packed (a memory-mapped pack, docs/packed-format.md).
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, SupportsIndex, final
 
 import numpy as np
@@ -28,13 +28,18 @@ class PackedImageDataset(PackedSource):
     # Made absolute on opening.
     @property
     def path(self) -> str: ...
-    # A pack read from a URL: the URL, the cache folder and its bound as given; else None.
+    # A pack read from a URL: the URL, the cache folder, its bound, the fsspec options and the
+    # retry policy as given (the dicts copied); else None.
     @property
     def url(self) -> str | None: ...
     @property
     def cache(self) -> str | os.PathLike[str] | None: ...
     @property
     def cache_bytes(self) -> int | None: ...
+    @property
+    def storage_options(self) -> dict[str, Any] | None: ...
+    @property
+    def retry(self) -> dict[str, float] | None: ...
     # SHA-256 of manifest.json's bytes as opened: the pack's content identity.
     @property
     def manifest_sha256(self) -> str: ...
@@ -67,10 +72,14 @@ class PackedImageDataset(PackedSource):
         resident_limit: int | None = ...,
         cache: str | os.PathLike[str] | None = None,
         cache_bytes: int | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        retry: Mapping[str, float] | None = None,
     ) -> None: ...
     def __len__(self) -> int: ...
     # Reopens the pack in the unpickling process, refusing one whose manifest changed.
-    def __reduce__(self) -> tuple[Any, tuple[str, Any, Any, str, int | None, str, Any, int | None]]: ...
+    def __reduce__(
+        self,
+    ) -> tuple[Any, tuple[str, Any, Any, str, int | None, str, Any, int | None, Any, Any]]: ...
     # The checkpoint's name of this dataset: its content and mean/std, never its path.
     def fingerprint(self) -> str: ...
     def get_sample(self, index: SupportsIndex) -> Sample: ...
@@ -99,6 +108,7 @@ def reopen(
     path: str, mean: _Constants | None, std: _Constants | None, verify: str,
     resident_limit: int | None, manifest_sha256: str,
     cache: str | os.PathLike[str] | None = None, cache_bytes: int | None = None,
+    storage_options: Mapping[str, Any] | None = None, retry: Mapping[str, float] | None = None,
 ) -> PackedImageDataset: ...
 
 PACKED_GET_SAMPLE: Any

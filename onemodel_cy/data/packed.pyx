@@ -93,6 +93,18 @@ cdef class PackedImageDataset(PackedSource):
         ``~/.cache/onemodel_cy/packs``) and its bound in bytes (default 64 GiB; the packs
         least recently opened are removed to make room). Each file is checked against the
         manifest's size and SHA-256 as it arrives; the local copy is then read as any pack.
+    storage_options : dict, optional
+        For a URL: options given to fsspec's filesystem as they are, e.g. an S3-compatible
+        endpoint and its credentials, ``{"endpoint_url": "http://host:9000", "key": ...,
+        "secret": ...}`` for ``s3://`` (s3fs; without them, botocore's environment:
+        ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ...). A pickled copy (a worker
+        process's) carries them.
+    retry : dict, optional
+        For a URL: how each request is retried, any of ``attempts`` (default 5, in [1, 100]),
+        ``timeout`` (seconds one request may take, default 30) and ``backoff`` (seconds
+        before the second try, doubled before each next one; default 0.5). A 5xx answer, a
+        dropped connection, a short answer or a stall is retried, then a ``PackError``
+        naming the file's URL, what happened and the attempts.
 
     Raises
     ------
@@ -111,7 +123,8 @@ cdef class PackedImageDataset(PackedSource):
     """
     cdef readonly Py_ssize_t count
     cdef readonly str path
-    cdef readonly object url, cache, cache_bytes   # a pack read from a URL (data/packremote.py); else None
+    # A pack read from a URL (data/packremote.py), as given; else None.
+    cdef readonly object url, cache, cache_bytes, storage_options, retry
     cdef readonly str manifest_sha256   # the content identity (docs/packed-format.md, "Identity")
     cdef readonly str pixel_kind        # "gray8", "rgb8" or "float32"
     cdef readonly object manifest
@@ -129,10 +142,11 @@ cdef class PackedImageDataset(PackedSource):
     cdef Py_ssize_t _read_since_release
 
     def __init__(self, path, mean=None, std=None, verify="index", resident_limit=DEFAULT_RESIDENT_LIMIT,
-                 cache=None, cache_bytes=None):
-        self._open(path, mean, std, verify, resident_limit, None, cache, cache_bytes)
+                 cache=None, cache_bytes=None, storage_options=None, retry=None):
+        self._open(path, mean, std, verify, resident_limit, None, cache, cache_bytes, storage_options, retry)
 
-    cdef _open(self, path, mean, std, verify, resident_limit, str expected, cache, cache_bytes):
+    cdef _open(self, path, mean, std, verify, resident_limit, str expected, cache, cache_bytes, storage_options,
+               retry):
         """``__init__``; ``expected`` (unpickling) is the manifest SHA-256 the pack must still have."""
         if self._claimed:
             raise RuntimeError("PackedImageDataset.__init__ was already called on this dataset (workers may "
@@ -146,11 +160,20 @@ cdef class PackedImageDataset(PackedSource):
                              "received 0")
         if _is_url(path):
             # Fetched into the local cache (or found there), then read as any pack on disk.
+            folder = _fetch(path, cache, cache_bytes, storage_options, retry)
+            # Copied (the top level): the caller's dict changed later does not change what a worker reopens.
             self.url, self.cache, self.cache_bytes = path, cache, cache_bytes
-            folder = _fetch(path, cache, cache_bytes)
+            self.storage_options = None if storage_options is None else dict(storage_options)
+            self.retry = None if retry is None else dict(retry)
         else:
-            if cache is not None or cache_bytes is not None:
-                raise ValueError(f"cache and cache_bytes are for a pack at a URL, received a local path {path!r}")
+            given = [name for name, value in (("cache", cache), ("cache_bytes", cache_bytes),
+                                              ("storage_options", storage_options), ("retry", retry))
+                     if value is not None]
+            if given:
+                *rest, last = given         # no negative index: this module is compiled without wraparound
+                names = f"{', '.join(rest)} and {last}" if rest else last
+                raise ValueError(f"{names} {'are' if rest else 'is'} for a pack at a URL, received a local path "
+                                 f"{path!r}")
             # Absolute now: a later os.chdir cannot change which folder a pickled copy reopens
             # (a symbolic link pointed elsewhere since is refused by the manifest's digest).
             folder = os.path.abspath(os.fspath(path))
@@ -220,7 +243,8 @@ cdef class PackedImageDataset(PackedSource):
         if type(self) is not PackedImageDataset:
             raise TypeError(f"{type(self).__name__} must define __reduce__ to be pickled")
         return (reopen, (self.path if self.url is None else self.url, self.mean, self.std, self.verify,
-                         self.resident_limit, self.manifest_sha256, self.cache, self.cache_bytes))
+                         self.resident_limit, self.manifest_sha256, self.cache, self.cache_bytes,
+                         self.storage_options, self.retry))
 
     def fingerprint(self):
         """What a checkpoint names this dataset by (``DataLoader.fingerprint``): the pack's
@@ -425,12 +449,14 @@ def map_pixel_files(list maps):
     return array, [(start + pixels.offset) // dtype.itemsize for pixels, start in zip(maps, starts)]
 
 
-def reopen(path, mean, std, verify, resident_limit, str manifest_sha256 not None, cache=None, cache_bytes=None):
+def reopen(path, mean, std, verify, resident_limit, str manifest_sha256 not None, cache=None, cache_bytes=None,
+           storage_options=None, retry=None):
     """Unpickling: open the pack at ``path`` again (a process maps it itself, sharing its
     pages), refusing with a ``PackError`` a pack whose manifest SHA-256 is not
     ``manifest_sha256``: the bytes served are the pickled dataset's, or none."""
     cdef PackedImageDataset dataset = PackedImageDataset.__new__(PackedImageDataset)
-    dataset._open(path, mean, std, verify, resident_limit, manifest_sha256, cache, cache_bytes)
+    dataset._open(path, mean, std, verify, resident_limit, manifest_sha256, cache, cache_bytes, storage_options,
+                  retry)
     return dataset
 
 

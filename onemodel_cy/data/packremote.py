@@ -1,4 +1,4 @@
-"""Remote packs, a start (issue 25, part 3): ``PackedImageDataset("https://host/pack", ...)``.
+"""Remote packs (issue 25, parts 3 and 4): ``PackedImageDataset("https://host/pack", ...)``.
 
 A pack (or a sharded pack) at a URL that fsspec reads (``http://``, ``https://``, ``s3://``
 with s3fs, any fsspec protocol) is fetched into a local cache folder and opened there as
@@ -7,7 +7,15 @@ with the local pack's bytes. What is fetched is exactly what the manifest lists,
 checked against the manifest's size and SHA-256 while it is written (a short or changed
 file is a ``PackError`` naming its URL, and nothing of it stays in the cache), and a
 cached pack is named by its manifest's SHA-256: a pack replaced at the URL is fetched
-again, never mixed with the old one.
+again, never mixed with the old one. ``storage_options`` go to fsspec as they are (an S3
+endpoint, credentials).
+
+Every request (a manifest, or a range of at most ``CHUNK`` bytes of an array file) is cut
+after ``timeout`` seconds and tried up to ``attempts`` times, waiting ``backoff`` seconds
+before the second try and twice as long before each next one: an HTTP 5xx, a dropped
+connection, a short answer and a stall are each retried, then reported as a ``PackError``
+naming the file's URL, the last failure and the number of attempts. A missing file is
+reported at once. A range is written only once all its bytes have arrived.
 
 The cache is bounded: before a pack is fetched, the packs least recently opened are
 removed until it fits in ``cache_bytes`` (a process still mapping a removed pack keeps
@@ -17,25 +25,65 @@ coalesced per shard, is the rest of part 3.
 """
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import math
 import os
+import random
 import re
 import secrets
 import shutil
+import time
+from collections.abc import Mapping
+from typing import NamedTuple
 
 from onemodel_cy.data.packfmt import MANIFEST, SHARDED_FORMAT, PackError, open_manifest
 
 URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "onemodel_cy", "packs")
 DEFAULT_CACHE_BYTES = 64 << 30
-CHUNK = 4 << 20              # bytes per read from the store: a few requests per file, little memory
+CHUNK = 4 << 20              # bytes per request: a few requests per file, little memory, a short retry
+MAX_WAIT = 60.0              # seconds: the doubling wait stops growing here, so many attempts stay bounded
+JITTER = random.Random()     # its own: the waits draw nothing from a caller's seeded `random`
+
+
+class Retry(NamedTuple):
+    """How one request is retried (``retry=`` of ``PackedImageDataset``, checked by ``retry_policy``)."""
+    attempts: int = 5        # tries of one request, the first one included
+    timeout: float = 30.0    # seconds one request may take before it is cut
+    backoff: float = 0.5     # seconds before the second try, doubled before each next one (up to MAX_WAIT)
+
+
+LIMITS = {"attempts": (1, 100), "timeout": (0.001, 3600.0), "backoff": (0.0, MAX_WAIT)}
+
+
+def retry_policy(retry) -> Retry:
+    """``retry`` (None, or a dict of some of ``attempts``, ``timeout``, ``backoff``) checked."""
+    if retry is None:
+        return Retry()
+    if not isinstance(retry, Mapping):
+        raise TypeError(f"retry must be None or a dict with keys among {', '.join(Retry._fields)}, received "
+                        f"{type(retry).__name__} {retry!r}")
+    unknown = [key for key in retry if key not in Retry._fields]
+    if unknown:
+        raise ValueError(f"retry: unknown key(s) {', '.join(map(repr, unknown))}; allowed: "
+                         f"{', '.join(Retry._fields)}")
+    for key, value in retry.items():
+        low, high = LIMITS[key]
+        kinds = (int,) if key == "attempts" else (int, float)
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            raise TypeError(f"retry[{key!r}] must be {'an integer' if key == 'attempts' else 'a number'} in "
+                            f"[{low}, {high}], received {type(value).__name__} {value!r}")
+        if not (math.isfinite(value) and low <= value <= high):
+            raise ValueError(f"retry[{key!r}] must be in [{low}, {high}], received {value!r}")
+    return Retry(**retry)
 
 
 def is_url(path) -> bool:
     return isinstance(path, str) and URL.match(path) is not None
 
 
-def fetch(url: str, cache=None, cache_bytes=None) -> str:
+def fetch(url: str, cache=None, cache_bytes=None, storage_options=None, retry=None) -> str:
     """The local folder of the pack at ``url``, in ``cache`` (fetched now unless it is there)."""
     try:
         import fsspec
@@ -46,22 +94,28 @@ def fetch(url: str, cache=None, cache_bytes=None) -> str:
     limit = DEFAULT_CACHE_BYTES if cache_bytes is None else cache_bytes
     if type(limit) is not int or limit < 1:
         raise ValueError(f"cache_bytes must be a positive number of bytes, received {cache_bytes!r}")
-    fs, root = fsspec.core.url_to_fs(url)
+    if storage_options is not None and not (isinstance(storage_options, Mapping)
+                                            and all(isinstance(key, str) for key in storage_options)):
+        raise TypeError(f"storage_options must be None or a dict of fsspec options (str keys), received "
+                        f"{type(storage_options).__name__} {storage_options!r}")
+    policy = retry_policy(retry)
+    fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
     root = root.rstrip("/")
     os.makedirs(cache, exist_ok=True)
     partial = os.path.join(cache, f".fetch-{os.getpid()}-{secrets.token_hex(4)}")
     os.mkdir(partial)
     try:
-        manifest, digest = fetch_manifest(fs, root, url, partial)
+        manifest, digest = fetch_manifest(fs, root, url, partial, policy)
         local = os.path.join(cache, digest)
         if os.path.isdir(local):
             os.utime(local)             # recently opened: evicted last
             return local
-        files = listed_files(fs, root, url, partial, manifest)
+        files = listed_files(fs, root, url, partial, manifest, policy)
         need = folder_bytes(partial) + sum(size for _, size, _ in files)     # the manifests, then the arrays
         make_room(cache, need, limit, url)
         for name, size, sha256 in files:
-            fetch_file(fs, f"{root}/{name}", f"{url.rstrip('/')}/{name}", os.path.join(partial, name), size, sha256)
+            fetch_file(fs, f"{root}/{name}", f"{url.rstrip('/')}/{name}", os.path.join(partial, name), size, sha256,
+                       policy)
         try:
             os.rename(partial, local)   # onto an existing folder it fails: another process fetched it first
         except OSError:
@@ -72,10 +126,10 @@ def fetch(url: str, cache=None, cache_bytes=None) -> str:
         shutil.rmtree(partial, ignore_errors=True)
 
 
-def fetch_manifest(fs, root: str, url: str, folder: str) -> tuple[dict, str]:
+def fetch_manifest(fs, root: str, url: str, folder: str, retry: Retry) -> tuple[dict, str]:
     """The manifest at ``root`` written into ``folder`` and checked by the reader's own rules."""
     try:
-        data = fs.cat_file(f"{root}/{MANIFEST}")
+        data = request(fs, f"{root}/{MANIFEST}", f"{url.rstrip('/')}/{MANIFEST}", retry)
     except FileNotFoundError:
         raise PackError(f"{url.rstrip('/')}/{MANIFEST}: missing; {url} is not a pack") from None
     with open(os.path.join(folder, MANIFEST), "wb") as f:
@@ -86,7 +140,7 @@ def fetch_manifest(fs, root: str, url: str, folder: str) -> tuple[dict, str]:
         raise PackError(f"{url}: {error}") from None
 
 
-def listed_files(fs, root: str, url: str, partial: str, manifest: dict) -> list:
+def listed_files(fs, root: str, url: str, partial: str, manifest: dict, retry: Retry) -> list:
     """``(relative path, bytes, sha256)`` of every array file the manifest lists; for a
     sharded pack each shard's manifest is fetched now (checked against its recorded SHA-256)
     and its arrays listed."""
@@ -96,7 +150,7 @@ def listed_files(fs, root: str, url: str, partial: str, manifest: dict) -> list:
     for entry in manifest["shards"]:
         os.mkdir(os.path.join(partial, entry["name"]))
         inner, digest = fetch_manifest(fs, f"{root}/{entry['name']}", f"{url.rstrip('/')}/{entry['name']}",
-                                       os.path.join(partial, entry["name"]))
+                                       os.path.join(partial, entry["name"]), retry)
         if digest != entry["manifest_sha256"] or inner["format"] == SHARDED_FORMAT:
             raise PackError(f"{url.rstrip('/')}/{entry['name']}/{MANIFEST}: SHA-256 {digest}, the pack's manifest "
                             f"records {entry['manifest_sha256']} (the shard was replaced or changed)")
@@ -104,26 +158,72 @@ def listed_files(fs, root: str, url: str, partial: str, manifest: dict) -> list:
     return files
 
 
-def fetch_file(fs, remote: str, url: str, path: str, size: int, sha256: str) -> None:
-    """One file, streamed to ``path`` and checked: exactly ``size`` bytes of SHA-256 ``sha256``."""
-    digest, written = hashlib.sha256(), 0
+def fetch_file(fs, remote: str, url: str, path: str, size: int, sha256: str, retry: Retry) -> None:
+    """One file, fetched range by range into ``path`` and checked: exactly ``size`` bytes of
+    SHA-256 ``sha256``."""
+    digest = hashlib.sha256()
     try:
-        with fs.open(remote, "rb", block_size=CHUNK) as source, open(path, "wb") as out:
-            while written <= size:
-                block = source.read(min(CHUNK, size + 1 - written))
-                if not block:
-                    break
+        with open(path, "wb") as out:
+            for start in range(0, size, CHUNK):
+                # The last range asks for one byte past the manifest's size: a file grown since is found.
+                end = size + 1 if start + CHUNK >= size else start + CHUNK
+                block = request(fs, remote, url, retry, start, end, least=min(end, size) - start)
+                if len(block) > end - start:
+                    raise PackError(f"{url}: answered {len(block)} bytes to a request for bytes {start}-{end - 1}; "
+                                    f"the server must serve byte ranges (HTTP Range requests)")
+                if start + len(block) > size:
+                    raise PackError(f"{url}: holds more than {size} bytes, the manifest records {size} (replaced "
+                                    f"after the pack was written)")
                 digest.update(block)
                 out.write(block)
-                written += len(block)
     except FileNotFoundError:
         raise PackError(f"{url}: missing (the manifest lists it)") from None
-    if written != size:
-        raise PackError(f"{url}: holds {'more than ' if written > size else ''}{written} bytes, the manifest records "
-                        f"{size} (truncated, or replaced after the pack was written)")
     if digest.hexdigest() != sha256:
         raise PackError(f"{url}: SHA-256 differs from the manifest's {sha256!r} (the file was changed after "
                         f"packing)")
+
+
+def request(fs, remote: str, url: str, retry: Retry, start=None, end=None, least=0) -> bytes:
+    """Bytes ``start`` to ``end`` (excluded) of ``remote`` (all of it when both are None),
+    at least ``least`` of them, tried as ``retry`` says. A missing file or a refusal
+    (``FileNotFoundError``, ``PermissionError``) is final: asking again changes nothing."""
+    for attempt in range(1, retry.attempts + 1):
+        if attempt > 1:
+            time.sleep(pause(retry, attempt))
+        try:
+            data = read(fs, remote, start, end, retry.timeout)
+        except (FileNotFoundError, PermissionError):
+            raise
+        except Exception as error:     # what a store's client raises differs by protocol (aiohttp, botocore, ...)
+            if isinstance(error, (TimeoutError, asyncio.TimeoutError)):
+                problem = f"no complete answer within {retry.timeout} s (timeout)"
+            else:
+                problem = f"{type(error).__name__}: {error}"
+            continue
+        if len(data) >= least:
+            return data
+        problem = (f"answered {len(data)} of the {least} bytes from byte {start} (a short answer, or the file is "
+                   f"shorter than the manifest records)")
+    where = "" if start is None else f" (bytes {start}-{end - 1})"
+    raise PackError(f"{url}{where}: gave up after {retry.attempts} attempt{'s' if retry.attempts > 1 else ''}, "
+                    f"the last: {problem}")
+
+
+def pause(retry: Retry, attempt: int) -> float:
+    """Seconds to wait before try ``attempt`` (2 or more): ``backoff``, doubled for each try
+    since, at most ``MAX_WAIT``; jittered down to half of that, so that the ranks a failing
+    server turned away do not all come back at once."""
+    return min(retry.backoff * 2 ** (attempt - 2), MAX_WAIT) * JITTER.uniform(0.5, 1.0)
+
+
+def read(fs, remote: str, start, end, timeout: float) -> bytes:
+    """One request. fsspec's asynchronous filesystems (http(s), s3, gcs, ...) run it on fsspec's
+    event loop, which cancels it at the timeout (its connection closed: no thread or socket is
+    left waiting); a synchronous filesystem is read as it is, under its own timeouts."""
+    if getattr(fs, "async_impl", False):
+        from fsspec.asyn import sync
+        return sync(fs.loop, fs._cat_file, remote, start=start, end=end, timeout=timeout)
+    return fs.cat_file(remote, start=start, end=end)
 
 
 def make_room(cache: str, need: int, limit: int, url: str) -> None:

@@ -1,0 +1,101 @@
+"""What the remote-pack tests share (test_packs_remote*.py): the packs they serve, their
+comparisons, and starting a server process on 127.0.0.1 and ending it."""
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import tempfile
+import time
+
+import numpy as np
+
+import onemodel_cy as om
+from harness import batch_bits
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server_env():
+    """This environment less the sanitizers: CI's sanitizer run preloads ASan into the test
+    process, and a server is not the code under test."""
+    return {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS")}
+
+
+@contextlib.contextmanager
+def running(command, port, what):
+    """The server process ``command``, once it accepts connections on ``port``; ended on exit.
+    Its output goes to a file (a pipe nobody reads would stop a server that logs each request)."""
+    with tempfile.TemporaryFile() as log:
+        process = subprocess.Popen(command, env=server_env(), stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    if process.poll() is not None or time.monotonic() > deadline:
+                        log.seek(0)
+                        raise RuntimeError(f"{what} did not start: {log.read().decode(errors='replace')}") from None
+                    time.sleep(0.05)
+            yield process
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+
+
+def items(seed, n=24):
+    rng = np.random.default_rng(seed)
+    return [(rng.integers(0, 256, (6, int(rng.integers(3, 40))), dtype=np.uint8),
+             rng.integers(1, 9, int(rng.integers(1, 6))), i, f"line{i}.png") for i in range(n)]
+
+
+class Items:
+    """``items`` as a dataset, so that pack_sharded can cut it."""
+
+    def __init__(self, seed):
+        self.data = items(seed)
+
+    def __len__(self):
+        return len(self.data)
+
+    def get_sample(self, i):
+        image, target, label, _ = self.data[i]
+        return om.Sample((image.astype(np.float32) / 255)[None], target, label)
+
+
+def write_packs(root):
+    """A gray pack (``gray``, opened with mean and std ``GRAY``) and a float32 sharded pack
+    of 3 shards (``sharded``) in ``root``."""
+    om.pack(items(1), str(root / "gray"), progress=False)
+    om.pack_sharded(Items(2), str(root / "sharded"), shards=3, progress=False)
+
+
+CONSTANTS = {"gray": (0.5, 0.25), "sharded": (None, None)}
+
+
+def same(a, b):
+    assert len(a) == len(b)
+    for i in range(len(a)):
+        x, y = a.get_sample(i), b.get_sample(i)
+        assert (x.image.tobytes(), x.target.tolist(), x.label, a.key(i)) == \
+               (y.image.tobytes(), y.target.tolist(), y.label, b.key(i)), i
+
+
+def stream(dataset, **kw):
+    loader = om.DataLoader(dataset, om.ShuffledSampler(len(dataset), 4, seed=1),
+                           om.ImageBatchCollator(width_multiple=4), seed=2, **kw)
+    with loader.iter(0, 2 * loader.steps_per_epoch) as batches:
+        bits = [batch_bits(batch) for batch in batches]
+    loader.close()
+    return bits
