@@ -119,8 +119,8 @@ def f32_array_data(encoded: dict):
             raise ValueError(f"values_f32[{wrong}] is {texts[wrong]!r:.40}: write \"0x\" and 8 lowercase hex digits")
         if len(texts) != count:
             raise ValueError(f"values_f32 holds {len(texts)} values, the shape {shape} needs {count}")
-        bits = np.array([int(h, 16) for h in texts], dtype=np.uint32)
-        arrays.append(bits.astype("<u4").view("<f4").reshape(shape))
+        bits = np.array([int(h, 16) for h in texts], dtype="<u4")
+        arrays.append(bits.view("<f4").reshape(shape))
     if "data_b64" in encoded:
         raw = base64.b64decode(encoded["data_b64"], validate=True)
         if len(raw) != 4 * count:

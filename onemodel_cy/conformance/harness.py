@@ -28,6 +28,7 @@ from onemodel_cy.conformance.codec import BATCH_FIELDS, batch_digest, short
 # A setting's workers and prefetch as a port writes them: a decimal string, no sign, no
 # padding, no other spelling (the vectors' integer encoding).
 DECIMAL = re.compile(r"0|[1-9][0-9]*")
+MAX_DIGITS = 20     # 2^64 has 20 digits: a longer decimal names no setting (and is shown cut)
 
 
 def asked(inp) -> list:
@@ -83,7 +84,7 @@ def _name(record) -> str:
 
 def _shown(value) -> str:
     # A canonical decimal string as it is; anything else as a cut repr (no newline gets through).
-    return value if isinstance(value, str) and DECIMAL.fullmatch(value) and len(value) <= 20 else short(value)
+    return value if isinstance(value, str) and DECIMAL.fullmatch(value) and len(value) <= MAX_DIGITS else short(value)
 
 
 def settings_differences(case, got, expected_sha256) -> list:
@@ -109,8 +110,8 @@ def settings_differences(case, got, expected_sha256) -> list:
             found.append(f"output.settings[{k}]: workers and prefetch must be decimal strings such as \"3\", got "
                          f"{_name(record)}")
             continue
-        # More than 20 digits is past any setting (and int() of thousands of digits raises).
-        setting = tuple(int(record[key]) if len(record[key]) <= 20 else -1 for key in ("workers", "prefetch"))
+        # int() of thousands of digits raises: a longer decimal is simply no setting asked.
+        setting = tuple(int(record[key]) if len(record[key]) <= MAX_DIGITS else -1 for key in ("workers", "prefetch"))
         where = f"output.settings[{_name(record)}]"
         if setting not in wanted:
             found.append(f"{where}: not a setting this case asks for (it asks for {_listed(wanted)})")
