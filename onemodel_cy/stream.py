@@ -5,6 +5,10 @@ the loader's pipeline (0 workers, or the first step while workers start) or take
 a worker engine (``onemodel_cy.workers``: threads, the packed lane or processes), which it
 acquires from the loader when it starts and gives back (parked) or ends when it closes.
 ``workers/registry.py`` tells an engine's lifetime, ``workers/window.py`` its window.
+
+Over a pack fetched sample by sample (``data/packexact.py``) the stream also asks for the
+samples of the steps after the one it hands out (``READ_AHEAD`` beyond the engine's
+prefetch), so that they are on their way before any worker needs them.
 """
 from __future__ import annotations
 
@@ -14,12 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 from onemodel_cy.collate.profile import ConsumerTimer
 from onemodel_cy.core.validate import G_END, check_global_step
+from onemodel_cy.data.packed import PackedImageDataset
 from onemodel_cy.workers.registry import acquire_engine, discard_idle_engine, release_engine
 
 if TYPE_CHECKING:
     from onemodel_cy.collate.batch import ImageBatch
 
 __all__ = ["BatchStream"]
+
+READ_AHEAD = 16         # steps past the engine's window whose samples a remote pack fetches ahead
 
 
 class BatchStream:
@@ -54,11 +61,14 @@ class BatchStream:
         self._taking = False              # the consumer is inside engine.take()
         self._busy = False                # a thread is inside __next__ (a stream has one consumer)
         self._pid = os.getpid()           # the process whose engine this is (fork: see _after_fork)
+        dataset = loader._pipeline.dataset
+        self._remote = dataset.remote if isinstance(dataset, PackedImageDataset) else None
         self._restart(start)
 
     def _restart(self, start):
         self._closed = False
         self.next_g = start
+        self._ahead_g = start             # the first step whose samples were not yet asked for ahead
         if start != self._local:          # a pending local first step stays the consumer's
             self._local = None
         if self._workspace is None:
@@ -121,6 +131,8 @@ class BatchStream:
         if self._closed or g >= (G_END if self.stop_g is None else self.stop_g):
             self.close()
             raise StopIteration
+        if self._remote is not None:
+            self._read_ahead(g)
         try:
             with self._guard:       # against a close() from another thread (see _end)
                 if self._closed:
@@ -149,6 +161,22 @@ class BatchStream:
         self.next_g = g + 1
         return batch
 
+    def _read_ahead(self, g):
+        """Ask the remote pack for the samples of steps up to ``READ_AHEAD`` past the
+        engine's window, each step once. A step whose indices cannot be computed (a sampler
+        that raises) ends the read-ahead: its build reports the error at its step."""
+        end = g + self.loader.prefetch + READ_AHEAD
+        if self.stop_g is not None:
+            end = min(end, self.stop_g)
+        h = max(self._ahead_g, g)
+        try:
+            while h < end:
+                self._remote.ahead(self.loader._pipeline.rank_indices(h))
+                h += 1
+        except Exception:
+            h = G_END
+        self._ahead_g = h
+
     def _after_fork(self):
         """In a child made by ``fork``, from a parent whose stream this was: its engine
         belongs to the parent (``registry.py`` made it inert in the child, and a lock of
@@ -173,6 +201,8 @@ class BatchStream:
             self._closed = True
             engine, self._engine = self._engine, None
             taking = self._taking
+        if self._remote is not None:
+            self._remote.cancel()
         if engine is None:
             return
         if failed or taking:

@@ -94,6 +94,34 @@ def test_pack_is_plain_npy_and_json_with_matching_sha256(gray_pack):
         np.testing.assert_array_equal(targets[ends[i]:ends[i + 1]], target)
         assert bytes(keys[key_ends[i]:key_ends[i + 1]]).decode() == key
     np.testing.assert_array_equal(np.load(os.path.join(path, "labels.npy")), [it[2] for it in items])
+    digests = np.load(os.path.join(path, "sample_sha256.npy"))
+    assert digests.shape == (len(items), 32)
+    for i, (image, _, _, _) in enumerate(items):
+        assert digests[i].tobytes() == hashlib.sha256(image.tobytes()).digest()
+
+
+def test_sample_sha256_is_optional_and_checked_when_present(gray_pack, tmp_path):
+    """Format §Files: sample_sha256 holds the SHA-256 of each image's stored bytes (float32
+    as stored, little-endian); a pack without it (written before it existed) reads as
+    before; one of the wrong shape is a PackError naming the file."""
+    images = [np.random.default_rng(1).random((2, 3, w), dtype=np.float32) for w in (4, 9)]
+    om.pack([(image, [1], 0) for image in images], str(tmp_path / "f32"), progress=False)
+    digests = np.load(tmp_path / "f32" / "sample_sha256.npy")
+    assert [d.tobytes() for d in digests] == [hashlib.sha256(i.astype("<f4").tobytes()).digest() for i in images]
+    path, items = gray_pack
+    old = str(tmp_path / "old")
+    shutil.copytree(path, old)
+    manifest = manifest_of(old)
+    del manifest["arrays"]["sample_sha256"]
+    os.remove(os.path.join(old, "sample_sha256.npy"))
+    rewrite_manifest(old, manifest)
+    before = om.PackedImageDataset(path, 0.5, 0.25)
+    after = om.PackedImageDataset(old, 0.5, 0.25)
+    for i in range(len(items)):
+        assert before[i].image.tobytes() == after[i].image.tobytes()
+    rewrite_array(path, "sample_sha256", np.zeros((len(items), 31), dtype=np.uint8))
+    with pytest.raises(PackError, match=r"sample_sha256\.npy: must be \[count, 32\] = \[6, 32\], received \[6, 31\]"):
+        om.PackedImageDataset(path, 0.5, 0.25)
 
 
 @pytest.mark.parametrize("kind", ["gray8", "rgb8"])

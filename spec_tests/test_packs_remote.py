@@ -12,16 +12,21 @@ extra (fsspec, aiohttp); the runs of other Pythons leave this file out when it i
 """
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import shutil
+import time
 
 import fsspec  # noqa: F401  (the remote extra: CI leaves this file out where it is not installed)
 import pytest
 
 import onemodel_cy as om
 from onemodel_cy.data.packfmt import PackError
-from remote_packs import free_port, items, running, same, stream, write_packs
+import numpy as np
+
+from harness import batch_bits
+from remote_packs import CONSTANTS, free_port, items, running, same, stream, write_packs
 
 pytestmark = pytest.mark.usefixtures("without_fsync")     # conftest.py
 
@@ -68,23 +73,26 @@ def packs(server):
     return root, url
 
 
+@pytest.mark.parametrize("verify", ["index", "full"])
 @pytest.mark.parametrize("name, constants", [("gray", (0.5, 0.25)), ("sharded", (None, None))])
-def test_a_pack_read_from_its_url_is_the_local_pack(packs, tmp_path, name, constants):
-    """Part 3 (a start): the pack at the URL, fetched into the cache (each file checked
-    against the manifest), serves the local pack's samples at every index and its batches
-    through the packed lane and worker processes (which reopen it by URL and find it in
-    the cache: nothing is fetched twice)."""
+def test_a_pack_read_from_its_url_is_the_local_pack(packs, tmp_path, name, constants, verify):
+    """Part 3: the pack at the URL, fetched into the cache sample by sample (each checked
+    against its SHA-256), or whole with ``verify="full"`` (each file checked against the
+    manifest), serves the local pack's samples at every index and its batches through the
+    packed lane and worker processes (which reopen it by URL and find it in the cache:
+    nothing is fetched twice)."""
     root, url = packs
     local = om.PackedImageDataset(str(root / name), *constants)
-    remote = om.PackedImageDataset(f"{url}/{name}", *constants, cache=str(tmp_path / "cache"))
+    remote = om.PackedImageDataset(f"{url}/{name}", *constants, cache=str(tmp_path / "cache"), verify=verify)
     assert remote.url == f"{url}/{name}" and remote.manifest_sha256 == local.manifest_sha256
-    assert remote.path == str(tmp_path / "cache" / local.manifest_sha256)
+    folder = local.manifest_sha256 + ("-exact" if verify == "index" else "")
+    assert remote.path == str(tmp_path / "cache" / folder) and (remote.remote is None) == (verify == "full")
     assert remote.fingerprint() == local.fingerprint()
     same(local, remote)
     reference = stream(local)
     assert stream(remote, workers=2) == reference
     assert stream(remote, workers=2, worker_mode="process") == reference
-    assert os.listdir(tmp_path / "cache") == [local.manifest_sha256]
+    assert os.listdir(tmp_path / "cache") == [folder]
 
 
 def test_the_cache_keeps_within_its_bound(packs, tmp_path):
@@ -97,7 +105,7 @@ def test_the_cache_keeps_within_its_bound(packs, tmp_path):
     bound = max(sizes.values()) + 10
     gray = om.PackedImageDataset(f"{url}/gray", 0.5, 0.25, cache=cache, cache_bytes=bound)
     sharded = om.PackedImageDataset(f"{url}/sharded", cache=cache, cache_bytes=bound)
-    assert os.listdir(cache) == [sharded.manifest_sha256]
+    assert os.listdir(cache) == [os.path.basename(sharded.path)]
     same(gray, om.PackedImageDataset(str(root / "gray"), 0.5, 0.25))     # still mapped: its files unlinked only
     with pytest.raises(PackError, match=rf"{url}/gray: the pack holds {sizes['gray']} bytes, more than the cache's "
                                         rf"limit of 100 bytes"):
@@ -133,8 +141,9 @@ def test_a_changed_short_or_missing_file_is_named_and_nothing_is_cached(packs, t
     else:
         os.remove(bad / "labels.npy")
     cache = tmp_path / "cache"
-    with pytest.raises(PackError, match=message):
-        om.PackedImageDataset(f"{url}/bad", 0.5, 0.25, cache=str(cache), retry={"attempts": 2, "backoff": 0.01})
+    with pytest.raises(PackError, match=message):       # verify="full": the whole pack, checked as it arrives
+        om.PackedImageDataset(f"{url}/bad", 0.5, 0.25, cache=str(cache), retry={"attempts": 2, "backoff": 0.01},
+                              verify="full")
     assert os.listdir(cache) == []
     with pytest.raises(PackError, match=rf"{url}/nothing/manifest\.json: missing"):
         om.PackedImageDataset(f"{url}/nothing", 0.5, 0.25, cache=str(cache))
@@ -154,3 +163,137 @@ def test_a_pack_replaced_at_its_url_is_refused_by_a_pickled_copy(packs, tmp_path
         om.PackedImageDataset(str(root / "gray"), 0.5, 0.25, cache=str(tmp_path))
     with pytest.raises(ValueError, match="^cache_bytes, storage_options and retry are for a pack at a URL"):
         om.PackedImageDataset(str(root / "gray"), 0.5, 0.25, cache_bytes=1, storage_options={}, retry={})
+
+
+def loader_of(dataset, **kw):
+    return om.DataLoader(dataset, om.ShuffledSampler(len(dataset), 4, seed=1),
+                         om.ImageBatchCollator(width_multiple=4), seed=2, **kw)
+
+
+def steps_of(dataset, start, stop, **kw):
+    """``(batch bits, set of sample indices)`` of steps ``[start, stop)``."""
+    loader = loader_of(dataset, **kw)
+    with loader.iter(start, stop) as batches:
+        built = [(batch_bits(batch), np.asarray(batch.indices).tolist()) for batch in batches]
+    loader.close()
+    return [bits for bits, _ in built], {i for _, indices in built for i in indices}
+
+
+@pytest.mark.parametrize("name", ["gray", "sharded"])
+@pytest.mark.parametrize("route", [{}, {"workers": 2}, {"workers": 2, "worker_mode": "process"}])
+def test_exactly_the_samples_of_the_steps_run_are_fetched(packs, tmp_path, name, route):
+    """Part 3: opening fetches no pixel; a stream over steps [0, 3) of rank 1 of 2 fetches
+    exactly the samples of that rank's slots of those steps (the stream's read-ahead stops
+    at stop_g), on every route, with the local pack's bytes; a stream resumed at step 3
+    in a new dataset over the same cache fetches only the samples it had not."""
+    root, url = packs
+    local = om.PackedImageDataset(str(root / name), *CONSTANTS[name])
+    cache = str(tmp_path / "cache")
+    remote = om.PackedImageDataset(f"{url}/{name}", *CONSTANTS[name], cache=cache)
+    assert not remote.remote.present.any() and remote.remote.requests == 0
+    rank = {"world_size": 2, "rank": 1}
+    want, first = steps_of(local, 0, 3, **rank)
+    assert steps_of(remote, 0, 3, **route, **rank) == (want, first)
+    assert set(np.flatnonzero(remote.remote.present == 1).tolist()) == first
+    want, second = steps_of(local, 3, 6, **rank)
+    again = om.PackedImageDataset(f"{url}/{name}", *CONSTANTS[name], cache=cache)
+    assert steps_of(again, 3, 6, **route, **rank) == (want, second)
+    assert set(np.flatnonzero(again.remote.present == 1).tolist()) == first | second
+    if not route:       # this process fetched: what it asked for is what was missing, no byte of it twice
+        lengths = again.shapes.prod(axis=1) * (4 if name == "sharded" else 1)
+        assert again.remote.bytes_fetched >= sum(int(lengths[i]) for i in second - first)
+        sample = om.PackedImageDataset(f"{url}/{name}", *CONSTANTS[name], cache=cache)
+        before = sample.remote.requests
+        same(local, sample)
+        assert (sample.remote.present == 1).all() and sample.remote.requests > before
+        assert (om.PackedImageDataset(f"{url}/{name}", *CONSTANTS[name], cache=cache).remote.present == 1).all()
+
+
+@pytest.mark.parametrize("route", [{}, {"workers": 2, "worker_mode": "process"}])
+def test_a_changed_or_removed_pixel_file_is_reported_at_its_step(packs, tmp_path, route):
+    """Parts 3 and 4: a sample whose bytes at the URL no longer hash to its recorded
+    SHA-256 is a PackError naming the file, the bytes and the sample, raised by the step
+    that needed it (the steps before are served); it is never marked present. A pixel file
+    removed at the URL is a PackError naming it, at its step too."""
+    root, url = packs
+    shutil.rmtree(root / "changing", ignore_errors=True)
+    shutil.copytree(root / "gray", root / "changing")
+    remote = om.PackedImageDataset(f"{url}/changing", 0.5, 0.25, cache=str(tmp_path / "cache"))
+    local = om.PackedImageDataset(str(root / "gray"), 0.5, 0.25)
+    loader = loader_of(local)
+    victim = int(np.asarray(loader.batch_at(4).indices)[0])     # a sample of step 4, not of steps 0-3
+    loader = loader_of(remote, **route)
+    if any(victim in np.asarray(loader_of(local).batch_at(g).indices) for g in range(4)):
+        pytest.fail("the sampler put the victim in an earlier step: pick another")
+    offset = int(np.load(root / "gray" / "pixel_offsets.npy")[victim])
+    with open(root / "changing" / "pixels.npy", "r+b") as f:
+        f.seek(128 + offset)
+        byte = f.read(1)
+        f.seek(128 + offset)
+        f.write(bytes([byte[0] ^ 1]))
+    served = []
+    with pytest.raises(PackError, match=rf"{url}/changing/pixels\.npy \(bytes \d+-\d+\): sample {victim} of this "
+                                        rf"file does not hash to its SHA-256") as caught:
+        with loader.iter(0, 8) as batches:
+            for batch in batches:
+                served.append(batch.global_step)
+    assert served == [0, 1, 2, 3] and "global step 4" in str(caught.value) + "".join(caught.value.__notes__)
+    assert remote.remote.present[victim] == 0
+    loader.close()
+    os.remove(root / "changing" / "pixels.npy")
+    with pytest.raises(PackError, match=rf"{url}/changing/pixels\.npy: missing \(the manifest lists it"):
+        remote.get_sample(victim)
+
+
+def test_a_pack_without_sample_digests_is_fetched_whole(packs, tmp_path):
+    """Part 3: a pack written before sample_sha256 existed (its manifest lists no such
+    array) still opens, locally and at its URL, where it is fetched whole, as it must be
+    for each byte to be checked."""
+    root, url = packs
+    old = root / "old"
+    shutil.rmtree(old, ignore_errors=True)
+    shutil.copytree(root / "gray", old)
+    os.remove(old / "sample_sha256.npy")
+    manifest = json.loads((old / "manifest.json").read_text())
+    del manifest["arrays"]["sample_sha256"]
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    local = om.PackedImageDataset(str(old), 0.5, 0.25)
+    remote = om.PackedImageDataset(f"{url}/old", 0.5, 0.25, cache=str(tmp_path / "cache"))
+    assert remote.remote is None and os.listdir(tmp_path / "cache") == [local.manifest_sha256]
+    same(local, remote)
+    same(local, om.PackedImageDataset(str(root / "gray"), 0.5, 0.25))
+
+
+@pytest.mark.parametrize("name", ["gray", "sharded"])
+def test_fetch_background_brings_every_sample_and_whole_brings_them_first(packs, tmp_path, name):
+    """Part 3: fetch="background" fetches, beside what the steps ask for, every other sample
+    in large requests until all are present (then reading asks the server for nothing);
+    fetch="whole" fetches the whole pack before opening. Both serve the local pack's bytes."""
+    root, url = packs
+    local = om.PackedImageDataset(str(root / name), *CONSTANTS[name])
+    remote = om.PackedImageDataset(f"{url}/{name}", *CONSTANTS[name], cache=str(tmp_path / "a"), fetch="background")
+    assert remote.fetch == "background"
+    deadline = time.monotonic() + 60
+    while not (remote.remote.present == 1).all():
+        assert time.monotonic() < deadline, "the background fetch did not bring every sample within 60 s"
+        time.sleep(0.01)
+    requests = remote.remote.requests
+    assert requests < len(remote)       # large requests, not one per sample
+    same(local, remote)
+    assert remote.remote.requests == requests
+    whole = om.PackedImageDataset(f"{url}/{name}", *CONSTANTS[name], cache=str(tmp_path / "b"), fetch="whole")
+    assert whole.remote is None and os.listdir(tmp_path / "b") == [local.manifest_sha256]
+    same(local, whole)
+
+
+@pytest.mark.parametrize("kw, error, message", [
+    ({"fetch": "lazy"}, ValueError, r"^fetch must be one of \('exact', 'background', 'whole'\), received 'lazy'$"),
+    ({"fetch": "exact", "verify": "full"}, ValueError, r"^verify='full' hashes every pixel file whole: it needs "
+                                                       r"fetch='whole'"),
+])
+def test_fetch_values_are_checked(packs, tmp_path, kw, error, message):
+    root, url = packs
+    with pytest.raises(error, match=message):
+        om.PackedImageDataset(f"{url}/gray", 0.5, 0.25, cache=str(tmp_path), **kw)
+    with pytest.raises(ValueError, match=r"^fetch is for a pack at a URL, received a local path"):
+        om.PackedImageDataset(str(root / "gray"), 0.5, 0.25, fetch="exact")

@@ -40,10 +40,11 @@ def bucket(tmp_path_factory):
 
 @pytest.mark.parametrize("name", list(CONSTANTS))
 def test_a_pack_read_from_s3_is_the_local_pack(bucket, tmp_path, name):
-    """Part 4: each file fetched from the S3 server (by ranges, each checked against the
-    manifest) gives the local pack's samples at every index, and its batches with 0
-    workers and with worker processes, which reopen the URL with the pickled options and
-    find the pack in the cache."""
+    """Part 4: the pack fetched from the S3 server (the pixels sample by sample, each checked
+    against its SHA-256; the other files by ranges, checked against the manifest) gives the
+    local pack's samples at every index, and its batches with 0 workers and with worker
+    processes, which reopen the URL with the pickled options and find the pack in the
+    cache."""
     root, options = bucket
     local = om.PackedImageDataset(str(root / name), *CONSTANTS[name])
     remote = om.PackedImageDataset(f"s3://packs/{name}", *CONSTANTS[name], cache=str(tmp_path / "cache"),
@@ -53,7 +54,8 @@ def test_a_pack_read_from_s3_is_the_local_pack(bucket, tmp_path, name):
     reference = stream(local)
     assert stream(remote) == reference
     assert stream(remote, workers=2, worker_mode="process") == reference
-    assert os.listdir(tmp_path / "cache") == [local.manifest_sha256]
+    assert os.listdir(tmp_path / "cache") == [local.manifest_sha256 + "-exact"]
+    assert (remote.remote.present == 1).all()       # every sample was asked for, each fetched once, in place
 
 
 def test_the_endpoint_may_come_from_botocores_environment(bucket, tmp_path, monkeypatch):

@@ -85,6 +85,7 @@ def build_batch(ImageBatchCollator collator not None, dataset, cnp.ndarray indic
     try:
         if packed:
             try:
+                (<PackedSource>dataset).ensure_samples(indices, lo, hi)
                 read = gather_packed(ws, &view, <const i64*>cnp.PyArray_DATA(indices), lo, hi, shape)
                 (<PackedSource>dataset).pixels_read(read)
             except Exception as error:

@@ -2,6 +2,9 @@
 # -> this rank's batch, built whole or as prepare + fill).
 from typing import Any, Callable
 
+import numpy as np
+import numpy.typing as npt
+
 from onemodel_cy.collate.batch import ImageBatch
 from onemodel_cy.collate.bufferpool import BufferPool
 from onemodel_cy.collate.collator import ImageBatchCollator, Workspace
@@ -31,5 +34,7 @@ class Pipeline:
     def workspace(self, pacing: Pacing | None = None, clock: StageClock | None = None) -> Workspace: ...
     def with_pool(self, pool: BufferPool) -> Pipeline: ...
     def build(self, g: int, workspace: Workspace) -> ImageBatch: ...
+    # The dataset indices of this rank's slots of global step g.
+    def rank_indices(self, g: int) -> npt.NDArray[np.int64]: ...
     # Whether the GIL-free split (prepare + fill) builds its steps.
     def splits(self) -> bool: ...

@@ -75,6 +75,13 @@ cdef class Pipeline:
                            start=self.lo, stop=min(self.hi, count), transform=self.transform, global_step=g,
                            workspace=workspace)
 
+    def rank_indices(self, g):
+        """The dataset indices of this rank's slots of global step ``g`` (what a remote pack
+        fetches ahead of the step, ``stream.py``)."""
+        epoch, step = self.locate(g)
+        indices = self.sampler.indices(epoch, step)
+        return indices[self.lo:min(self.hi, indices.shape[0])]
+
     def splits(self):
         """Whether ``prepare`` + ``fill`` can build its steps: a dataset whose packed view
         serves (not a subclass with its own ``get_sample``), no transform, no Python
@@ -105,6 +112,7 @@ cdef class Pipeline:
         cdef bint baton = False
         collator.claim_workspace(ws)
         try:
+            (<PackedSource>self.dataset).ensure_samples(ws.indices, lo, hi)
             read = gather_packed(ws, &view, <const i64*>cnp.PyArray_DATA(ws.indices), lo, hi, shape)
             (<PackedSource>self.dataset).pixels_read(read)
             block = collator.plan(ws.jobs, hi - lo, shape[0], shape[1], &out.layout, &total_width)

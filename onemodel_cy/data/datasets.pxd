@@ -43,6 +43,9 @@ cdef class PackedSource:
     # The fetch step read `nbytes` of the view's pixels (a memory-mapped source may give
     # pages back; called holding the GIL, after each gather).
     cdef int pixels_read(self, Py_ssize_t nbytes) except -1
+    # Before the fetch step reads the pixels of indices[lo:hi] (holding the GIL): a source
+    # whose pixels are fetched on demand (a remote pack) makes them present.
+    cdef int ensure_samples(self, object indices, Py_ssize_t lo, Py_ssize_t hi) except -1
 
 
 cdef class ArrayImageDataset(PackedSource):

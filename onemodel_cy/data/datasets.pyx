@@ -39,6 +39,9 @@ cdef class PackedSource:
     cdef int pixels_read(self, Py_ssize_t nbytes) except -1:
         return 0
 
+    cdef int ensure_samples(self, object indices, Py_ssize_t lo, Py_ssize_t hi) except -1:
+        return 0
+
 
 cdef cnp.ndarray target_array(target, str where):
     """A sealed int32 copy of ``target``, checked after copying, so that no edit of the

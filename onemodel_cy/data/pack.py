@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import errno
+import hashlib
 import os
 import secrets
 import shutil
@@ -23,7 +24,7 @@ import time
 import numpy as np
 
 import onemodel_cy.data.packfmt as _packfmt
-from onemodel_cy.data.packfmt import (FORMAT, HEADER_BYTES, VERSION, PackError, array_entry, npy_header,
+from onemodel_cy.data.packfmt import (DIGEST_BYTES, FORMAT, HEADER_BYTES, VERSION, PackError, array_entry, npy_header,
                                       sync, write_manifest, write_npy)
 from onemodel_cy.data.vocabulary import with_blank
 
@@ -82,7 +83,7 @@ class _PackWriter:
             raise
         self.kind = None
         self.total = 0
-        self.offsets, self.shapes, self.labels, self.keys = [], [], [], []
+        self.offsets, self.shapes, self.labels, self.keys, self.digests = [], [], [], [], []
         self.targets, self.target_ends = [], [0]
 
     def add(self, image: np.ndarray, target: np.ndarray, label: int, key: bytes | None) -> None:
@@ -98,7 +99,9 @@ class _PackWriter:
         elif kind != self.kind:
             raise TypeError(f"every image of a pack has one kind of pixels: the first was {self.kind}, "
                             f"sample {len(self.labels)} is {kind}")
-        self.pixels.write(np.ascontiguousarray(image, dtype="<f4" if kind == "float32" else "|u1").tobytes())
+        stored = np.ascontiguousarray(image, dtype="<f4" if kind == "float32" else "|u1").tobytes()
+        self.pixels.write(stored)
+        self.digests.append(hashlib.sha256(stored).digest())
         self.offsets.append(self.total)
         self.total += c * h * w
         self.shapes.append((c, h, w))
@@ -121,7 +124,8 @@ class _PackWriter:
         arrays = {"pixels": (descr, (self.total,))}
         columns = {"pixel_offsets": ("<i8", self.offsets), "shapes": ("<i8", np.array(self.shapes).reshape(n, 3)),
                    "targets": ("<i4", np.concatenate(self.targets) if self.targets else []),
-                   "target_offsets": ("<i8", self.target_ends), "labels": ("<i4", self.labels)}
+                   "target_offsets": ("<i8", self.target_ends), "labels": ("<i4", self.labels),
+                   "sample_sha256": ("|u1", np.frombuffer(b"".join(self.digests), np.uint8).reshape(n, DIGEST_BYTES))}
         if all(key is not None for key in self.keys):
             ends = np.cumsum([0] + [len(key) for key in self.keys])
             columns["keys"] = ("|u1", np.frombuffer(b"".join(self.keys), dtype=np.uint8))

@@ -8,8 +8,10 @@ import numpy.typing as npt
 from typing_extensions import disjoint_base
 
 from onemodel_cy.data.datasets import PackedSource, Sample
+from onemodel_cy.data.packexact import RemoteSamples
 
 VERIFY: tuple[str, str]
+FETCH: tuple[str, str, str]
 DEFAULT_RESIDENT_LIMIT: int
 KIND_CODES: dict[str, int]
 
@@ -40,6 +42,13 @@ class PackedImageDataset(PackedSource):
     def storage_options(self) -> dict[str, Any] | None: ...
     @property
     def retry(self) -> dict[str, float] | None: ...
+    # A pack fetched sample by sample (a URL, a pack with sample_sha256): what fetches them
+    # (data/packexact.py); else None.
+    @property
+    def remote(self) -> RemoteSamples | None: ...
+    # A pack at a URL: "exact", "background" or "whole" (as chosen, or the default); else None.
+    @property
+    def fetch(self) -> str | None: ...
     # SHA-256 of manifest.json's bytes as opened: the pack's content identity.
     @property
     def manifest_sha256(self) -> str: ...
@@ -74,6 +83,7 @@ class PackedImageDataset(PackedSource):
         cache_bytes: int | None = None,
         storage_options: Mapping[str, Any] | None = None,
         retry: Mapping[str, float] | None = None,
+        fetch: str | None = None,
     ) -> None: ...
     def __len__(self) -> int: ...
     # Reopens the pack in the unpickling process, refusing one whose manifest changed.
@@ -109,6 +119,7 @@ def reopen(
     resident_limit: int | None, manifest_sha256: str,
     cache: str | os.PathLike[str] | None = None, cache_bytes: int | None = None,
     storage_options: Mapping[str, Any] | None = None, retry: Mapping[str, float] | None = None,
+    fetch: str | None = None,
 ) -> PackedImageDataset: ...
 
 PACKED_GET_SAMPLE: Any

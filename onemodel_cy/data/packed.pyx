@@ -30,12 +30,14 @@ from onemodel_cy.data.datasets cimport (PackedImages, PackedSource, Sample, PIXE
 from onemodel_cy.data.image import gray8_to_planar, rgb8_to_planar
 from onemodel_cy.data.packfmt import (SHARDED_FORMAT as _SHARDED, PackError, join_shards, load_index, open_manifest,
                                       open_shards)
-from onemodel_cy.data.packremote import fetch as _fetch, is_url as _is_url
+from onemodel_cy.data.packexact import RemoteSamples, is_exact
+from onemodel_cy.data.packremote import fetch as _fetch, is_url as _is_url, retry_policy
 from onemodel_cy.data.vocabulary import decode as _decode, with_blank as _with_blank
 
 cnp.import_array()
 
 VERIFY = ("index", "full")
+FETCH = ("exact", "background", "whole")     # a pack at a URL: what is fetched when (data/packexact.py)
 DEFAULT_RESIDENT_LIMIT = 1 << 30     # bytes of pixels a process keeps mapped in, by default
 KIND_CODES = {"gray8": PIXELS_GRAY8, "rgb8": PIXELS_RGB8, "float32": PIXELS_FLOAT32}
 
@@ -92,7 +94,14 @@ cdef class PackedImageDataset(PackedSource):
         extra): the local folder the pack is fetched into (default
         ``~/.cache/onemodel_cy/packs``) and its bound in bytes (default 64 GiB; the packs
         least recently opened are removed to make room). Each file is checked against the
-        manifest's size and SHA-256 as it arrives; the local copy is then read as any pack.
+        manifest's size and SHA-256 as it arrives, each sample fetched alone against its
+        ``sample_sha256``; the local copy is then read as any pack.
+    fetch : {"exact", "background", "whole"}, optional
+        For a URL: ``"exact"`` (the default) fetches the samples of the steps a loader is
+        about to build, and nothing else (:attr:`remote`); ``"background"`` also fetches
+        every other sample in the background, in large requests; ``"whole"`` fetches the
+        whole pack before opening (the default with ``verify="full"``, which needs it; and
+        what a pack without ``sample_sha256`` or a synchronous filesystem gets anyway).
     storage_options : dict, optional
         For a URL: options given to fsspec's filesystem as they are, e.g. an S3-compatible
         endpoint and its credentials, ``{"endpoint_url": "http://host:9000", "key": ...,
@@ -124,7 +133,9 @@ cdef class PackedImageDataset(PackedSource):
     cdef readonly Py_ssize_t count
     cdef readonly str path
     # A pack read from a URL (data/packremote.py), as given; else None.
-    cdef readonly object url, cache, cache_bytes, storage_options, retry
+    cdef readonly object url, cache, cache_bytes, storage_options, retry, fetch
+    # Its RemoteSamples when the pack is fetched sample by sample (data/packexact.py); else None.
+    cdef readonly object remote
     cdef readonly str manifest_sha256   # the content identity (docs/packed-format.md, "Identity")
     cdef readonly str pixel_kind        # "gray8", "rgb8" or "float32"
     cdef readonly object manifest
@@ -142,11 +153,11 @@ cdef class PackedImageDataset(PackedSource):
     cdef Py_ssize_t _read_since_release
 
     def __init__(self, path, mean=None, std=None, verify="index", resident_limit=DEFAULT_RESIDENT_LIMIT,
-                 cache=None, cache_bytes=None, storage_options=None, retry=None):
-        self._open(path, mean, std, verify, resident_limit, None, cache, cache_bytes, storage_options, retry)
+                 cache=None, cache_bytes=None, storage_options=None, retry=None, fetch=None):
+        self._open(path, mean, std, verify, resident_limit, None, cache, cache_bytes, storage_options, retry, fetch)
 
     cdef _open(self, path, mean, std, verify, resident_limit, str expected, cache, cache_bytes, storage_options,
-               retry):
+               retry, fetch):
         """``__init__``; ``expected`` (unpickling) is the manifest SHA-256 the pack must still have."""
         if self._claimed:
             raise RuntimeError("PackedImageDataset.__init__ was already called on this dataset (workers may "
@@ -159,15 +170,25 @@ cdef class PackedImageDataset(PackedSource):
             raise ValueError("resident_limit must be a positive number of bytes, or None (never release), "
                              "received 0")
         if _is_url(path):
+            # verify="full" hashes every pixel file: only a whole copy can be checked so.
+            if fetch is None:
+                fetch = "whole" if verify == "full" else "exact"
+            if fetch not in FETCH:
+                raise ValueError(f"fetch must be one of {FETCH}, received {fetch!r}")
+            if verify == "full" and fetch != "whole":
+                raise ValueError(f"verify='full' hashes every pixel file whole: it needs fetch='whole' (or no "
+                                 f"fetch), received fetch={fetch!r}")
             # Fetched into the local cache (or found there), then read as any pack on disk.
-            folder = _fetch(path, cache, cache_bytes, storage_options, retry)
+            folder = _fetch(path, cache, cache_bytes, storage_options, retry, whole=fetch == "whole")
+            self.fetch = fetch
             # Copied (the top level): the caller's dict changed later does not change what a worker reopens.
             self.url, self.cache, self.cache_bytes = path, cache, cache_bytes
             self.storage_options = None if storage_options is None else dict(storage_options)
             self.retry = None if retry is None else dict(retry)
         else:
             given = [name for name, value in (("cache", cache), ("cache_bytes", cache_bytes),
-                                              ("storage_options", storage_options), ("retry", retry))
+                                              ("storage_options", storage_options), ("retry", retry),
+                                              ("fetch", fetch))
                      if value is not None]
             if given:
                 *rest, last = given         # no negative index: this module is compiled without wraparound
@@ -208,6 +229,10 @@ cdef class PackedImageDataset(PackedSource):
             arrays = load_index(folder, manifest, verify)
             self.shards = ()
         self._install(arrays, convert)
+        if self.url is not None and is_exact(folder):
+            self.remote = RemoteSamples(folder, path, storage_options, retry_policy(retry), expected is None)
+            if fetch == "background" and expected is None:     # the opener's, not every worker's
+                self.remote.fill()
         self.path, self.manifest, self.pixel_kind = folder, manifest, kind
         self.manifest_sha256 = digest
         self.mean, self.std, self.verify = mean, std, verify
@@ -244,7 +269,7 @@ cdef class PackedImageDataset(PackedSource):
             raise TypeError(f"{type(self).__name__} must define __reduce__ to be pickled")
         return (reopen, (self.path if self.url is None else self.url, self.mean, self.std, self.verify,
                          self.resident_limit, self.manifest_sha256, self.cache, self.cache_bytes,
-                         self.storage_options, self.retry))
+                         self.storage_options, self.retry, self.fetch))
 
     def fingerprint(self):
         """What a checkpoint names this dataset by (``DataLoader.fingerprint``): the pack's
@@ -266,6 +291,11 @@ cdef class PackedImageDataset(PackedSource):
         self._read_since_release += nbytes
         if self._read_since_release >= self._release_after:
             self.release_mapping()
+        return 0
+
+    cdef int ensure_samples(self, object indices, Py_ssize_t lo, Py_ssize_t hi) except -1:
+        if self.remote is not None:
+            self.remote.ensure(indices[lo:hi])
         return 0
 
     cdef int release_mapping(self) except -1:
@@ -309,6 +339,8 @@ cdef class PackedImageDataset(PackedSource):
         std, or a copy of the stored float32 image."""
         ready(self)
         cdef i64 i = self.checked_index(index)
+        if self.remote is not None:
+            self.remote.ensure((i,))
         c, h, w = (int(v) for v in self._shapes[i])
         start = int(self._pixel_offsets[i])
         stored = self._pixels[start:start + c * h * w]
@@ -450,13 +482,13 @@ def map_pixel_files(list maps):
 
 
 def reopen(path, mean, std, verify, resident_limit, str manifest_sha256 not None, cache=None, cache_bytes=None,
-           storage_options=None, retry=None):
+           storage_options=None, retry=None, fetch=None):
     """Unpickling: open the pack at ``path`` again (a process maps it itself, sharing its
     pages), refusing with a ``PackError`` a pack whose manifest SHA-256 is not
     ``manifest_sha256``: the bytes served are the pickled dataset's, or none."""
     cdef PackedImageDataset dataset = PackedImageDataset.__new__(PackedImageDataset)
     dataset._open(path, mean, std, verify, resident_limit, manifest_sha256, cache, cache_bytes, storage_options,
-                  retry)
+                  retry, fetch)
     return dataset
 
 

@@ -31,7 +31,9 @@ FSYNC = True
 # Pixel kinds: name -> (dtype of pixels.npy, channels per image or None for any).
 KINDS = {"gray8": ("|u1", 1), "rgb8": ("|u1", 3), "float32": ("<f4", None)}
 
-# name -> (dtype, number of dimensions); keys and key_offsets are optional (both or neither).
+# name -> (dtype, number of dimensions); keys and key_offsets are optional (both or neither),
+# and so is sample_sha256 (the SHA-256 of each image's stored bytes: what lets a remote pack
+# be fetched sample by sample, each checked as it arrives; docs/packed-format.md).
 ARRAYS = {
     "pixels": (None, 1),
     "pixel_offsets": ("<i8", 1),
@@ -41,8 +43,11 @@ ARRAYS = {
     "labels": ("<i4", 1),
     "keys": ("|u1", 1),
     "key_offsets": ("<i8", 1),
+    "sample_sha256": ("|u1", 2),
 }
-OPTIONAL = ("keys", "key_offsets")
+KEYS = ("keys", "key_offsets")
+OPTIONAL = KEYS + ("sample_sha256",)
+DIGEST_BYTES = 32
 
 
 class PackError(ValueError):
@@ -147,7 +152,7 @@ def open_manifest(folder: str) -> tuple[dict, str]:
     arrays = manifest.get("arrays")
     if not isinstance(arrays, dict):
         raise PackError(f"{path}: arrays must be an object naming each array file, received {arrays!r}")
-    present = [name for name in OPTIONAL if name in arrays]
+    present = [name for name in KEYS if name in arrays]
     if len(present) == 1:
         raise PackError(f"{path}: keys and key_offsets come together, received only {present[0]}")
     return manifest, hashlib.sha256(data).hexdigest()
@@ -246,7 +251,7 @@ def load_index(folder: str, manifest: dict, verify: str) -> dict:
     arrays = {}
     for name in names:
         path, offset = check_array_file(folder, manifest, name, verify == "full" or name != "pixels")
-        if name == "pixels":
+        if name in ("pixels", "sample_sha256"):     # the digests are read only to fetch a remote pack
             arrays[name] = np.load(path, mmap_mode="r")
         else:
             arrays[name] = np.load(path)
@@ -294,6 +299,9 @@ def check_index(folder: str, manifest: dict, a: dict) -> None:
         fail(folder, "targets", f"value {a['targets'][negative[0]]} at {negative[0]}; symbols must be >= 0")
     if "keys" in a:
         check_offsets(folder, "key_offsets", a["key_offsets"], a["keys"].shape[0], "keys")
+    if "sample_sha256" in a and list(a["sample_sha256"].shape) != [n, DIGEST_BYTES]:
+        fail(folder, "sample_sha256", f"must be [count, {DIGEST_BYTES}] = [{n}, {DIGEST_BYTES}], received "
+             f"{list(a['sample_sha256'].shape)}")
 
 
 def check_offsets(folder: str, name: str, offsets: np.ndarray, length: int, of: str) -> None:
@@ -383,6 +391,8 @@ def join_shards(opened: list, pixels: np.ndarray, starts: list) -> dict:
               "pixel_offsets": np.concatenate([a["pixel_offsets"] + start for (_, a), start in zip(opened, starts)]),
               "shapes": np.concatenate([a["shapes"] for _, a in opened]),
               "labels": np.concatenate([a["labels"] for _, a in opened])}
+    if all("sample_sha256" in a for _, a in opened):     # all or none: a pack checks every sample or none
+        arrays["sample_sha256"] = np.concatenate([a["sample_sha256"] for _, a in opened])
     names = [("targets", "target_offsets")] + ([("keys", "key_offsets")] if "keys" in opened[0][1] else [])
     for values, offsets in names:
         arrays[values] = np.concatenate([a[values] for _, a in opened])

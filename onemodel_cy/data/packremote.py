@@ -1,14 +1,16 @@
 """Remote packs (issue 25, parts 3 and 4): ``PackedImageDataset("https://host/pack", ...)``.
 
 A pack (or a sharded pack) at a URL that fsspec reads (``http://``, ``https://``, ``s3://``
-with s3fs, any fsspec protocol) is fetched into a local cache folder and opened there as
-any pack: the fetch step, the packed lane and worker processes then read a local file,
-with the local pack's bytes. What is fetched is exactly what the manifest lists, each file
-checked against the manifest's size and SHA-256 while it is written (a short or changed
-file is a ``PackError`` naming its URL, and nothing of it stays in the cache), and a
-cached pack is named by its manifest's SHA-256: a pack replaced at the URL is fetched
-again, never mixed with the old one. ``storage_options`` go to fsspec as they are (an S3
-endpoint, credentials).
+with s3fs, any fsspec protocol) gets a copy in a local cache folder, opened there as any
+pack: the fetch step, the packed lane and worker processes then read a local file, with
+the local pack's bytes. The copy is whole (every file the manifest lists, each checked
+against the manifest's size and SHA-256 while it is written: a short or changed file is a
+``PackError`` naming its URL, and nothing of it stays in the cache), or *exact*: every
+file but the pixels, which ``packexact.py`` fetches sample by sample as the loader needs
+them (a pack recording ``sample_sha256``, on an asynchronous filesystem, unless
+``verify="full"``). A cached pack is named by its manifest's SHA-256: a pack replaced at
+the URL is fetched again, never mixed with the old one. ``storage_options`` go to fsspec
+as they are (an S3 endpoint, credentials).
 
 Every request (a manifest, or a range of at most ``CHUNK`` bytes of an array file) is cut
 after ``timeout`` seconds and tried up to ``attempts`` times, waiting ``backoff`` seconds
@@ -19,9 +21,7 @@ reported at once. A range is written only once all its bytes have arrived.
 
 The cache is bounded: before a pack is fetched, the packs least recently opened are
 removed until it fits in ``cache_bytes`` (a process still mapping a removed pack keeps
-reading its unlinked files). This start fetches a whole pack (each shard of a sharded pack
-whole) before the first batch; fetching exactly the samples of the coming steps, ranges
-coalesced per shard, is the rest of part 3.
+reading its unlinked files).
 """
 from __future__ import annotations
 
@@ -33,7 +33,6 @@ import random
 import re
 import secrets
 import shutil
-import time
 from collections.abc import Mapping
 from typing import NamedTuple
 
@@ -42,6 +41,8 @@ from onemodel_cy.data.packfmt import MANIFEST, SHARDED_FORMAT, PackError, open_m
 URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "onemodel_cy", "packs")
 DEFAULT_CACHE_BYTES = 64 << 30
+EXACT = "-exact"             # the name of an exact folder: the manifest's SHA-256 and this
+PRESENT_MAP = "present"      # an exact folder's map of fetched samples (packexact.py; not part of the format)
 CHUNK = 4 << 20              # bytes per request: a few requests per file, little memory, a short retry
 MAX_WAIT = 60.0              # seconds: the doubling wait stops growing here, so many attempts stay bounded
 JITTER = random.Random()     # its own: the waits draw nothing from a caller's seeded `random`
@@ -83,8 +84,10 @@ def is_url(path) -> bool:
     return isinstance(path, str) and URL.match(path) is not None
 
 
-def fetch(url: str, cache=None, cache_bytes=None, storage_options=None, retry=None) -> str:
-    """The local folder of the pack at ``url``, in ``cache`` (fetched now unless it is there)."""
+def fetch(url: str, cache=None, cache_bytes=None, storage_options=None, retry=None, whole=False) -> str:
+    """The local folder of the pack at ``url``, in ``cache``: fetched now unless it is there,
+    whole, or (unless ``whole``) as an exact folder (``packexact.py``) when the store is
+    asynchronous and the pack records each sample's SHA-256."""
     try:
         import fsspec
     except ImportError:
@@ -98,38 +101,86 @@ def fetch(url: str, cache=None, cache_bytes=None, storage_options=None, retry=No
                                             and all(isinstance(key, str) for key in storage_options)):
         raise TypeError(f"storage_options must be None or a dict of fsspec options (str keys), received "
                         f"{type(storage_options).__name__} {storage_options!r}")
+    from fsspec.asyn import sync
     policy = retry_policy(retry)
     fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
-    root = root.rstrip("/")
     os.makedirs(cache, exist_ok=True)
     partial = os.path.join(cache, f".fetch-{os.getpid()}-{secrets.token_hex(4)}")
     os.mkdir(partial)
     try:
-        manifest, digest = fetch_manifest(fs, root, url, partial, policy)
-        local = os.path.join(cache, digest)
-        if os.path.isdir(local):
-            os.utime(local)             # recently opened: evicted last
-            return local
-        files = listed_files(fs, root, url, partial, manifest, policy)
-        need = folder_bytes(partial) + sum(size for _, size, _ in files)     # the manifests, then the arrays
-        make_room(cache, need, limit, url)
-        for name, size, sha256 in files:
-            fetch_file(fs, f"{root}/{name}", f"{url.rstrip('/')}/{name}", os.path.join(partial, name), size, sha256,
-                       policy)
-        try:
-            os.rename(partial, local)   # onto an existing folder it fails: another process fetched it first
-        except OSError:
-            if not os.path.isdir(local):
-                raise
-        return local
+        # One coroutine on fsspec's loop: the files of a pack (and the shards' manifests) are
+        # asked for together, so a distant store costs a few round trips, not one per file.
+        return sync(loop_of(fs), copy, fs, root.rstrip("/"), url, cache, partial, limit, policy,
+                    not whole and getattr(fs, "async_impl", False))
     finally:
         shutil.rmtree(partial, ignore_errors=True)
 
 
-def fetch_manifest(fs, root: str, url: str, folder: str, retry: Retry) -> tuple[dict, str]:
+async def copy(fs, root: str, url: str, cache: str, partial: str, limit: int, retry: Retry, exact: bool) -> str:
+    """``fetch`` once its arguments are checked: the pack's local folder."""
+    manifest, digest = await fetch_manifest(fs, root, url, partial, retry)
+    for local in (os.path.join(cache, digest), os.path.join(cache, digest + EXACT)):
+        if os.path.isdir(local) and (exact or not local.endswith(EXACT)):   # a whole copy serves either way
+            os.utime(local)         # recently opened: evicted last
+            return local
+    files = await listed_files(fs, root, url, partial, manifest, retry)
+    pixels = [name for name, _, _ in files if os.path.basename(name) == "pixels.npy"]
+    exact = exact and len(pixels) == sum(os.path.basename(name) == "sample_sha256.npy" for name, _, _ in files)
+    local = os.path.join(cache, digest + EXACT if exact else digest)
+    need = folder_bytes(partial) + sum(size for _, size, _ in files)     # the manifests, then the arrays
+    make_room(cache, need, limit, url)
+    base = url.rstrip("/")
+    await gather_all(fetch_header(fs, f"{root}/{name}", f"{base}/{name}", os.path.join(partial, name), size, retry)
+                     if exact and name in pixels else
+                     fetch_file(fs, f"{root}/{name}", f"{base}/{name}", os.path.join(partial, name), size, sha256,
+                                retry)
+                     for name, size, sha256 in files)
+    if exact:
+        with open(os.path.join(partial, PRESENT_MAP), "wb") as f:     # no sample yet
+            f.truncate(manifest["count"])
+    try:
+        os.rename(partial, local)   # onto an existing folder it fails: another process fetched it first
+    except OSError:
+        if not os.path.isdir(local):
+            raise
+    return local
+
+
+async def gather_all(coroutines) -> list:
+    """Run ``coroutines`` together; the first failure (in their order) is raised once all
+    have ended, so that none is still writing into a folder being removed."""
+    results = await asyncio.gather(*coroutines, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return results
+
+
+async def fetch_header(fs, remote: str, url: str, path: str, size: int, retry: Retry) -> None:
+    """An exact folder's ``pixels.npy``: the file's ``.npy`` header, then nothing (a sparse
+    file of the manifest's ``size``, filled sample by sample). The reader checks the header
+    against the manifest when it opens the folder."""
+    probe = min(size, 4096)
+    try:
+        head = (await request_async(fs, remote, url, retry, 0, probe, least=probe))[:probe]
+        if head[:8] != b"\x93NUMPY\x01\x00" or len(head) < 10:
+            raise PackError(f"{url}: does not start as a .npy version 1.0 file (received {head[:10]!r})")
+        length = 10 + int.from_bytes(head[8:10], "little")
+        if length > size:
+            raise PackError(f"{url}: its header claims {length} bytes, the file holds {size}")
+        if length > len(head):
+            head = await request_async(fs, remote, url, retry, 0, length, least=length)
+    except FileNotFoundError:
+        raise PackError(f"{url}: missing (the manifest lists it)") from None
+    with open(path, "wb") as f:
+        f.write(head[:length])
+        f.truncate(size)
+
+
+async def fetch_manifest(fs, root: str, url: str, folder: str, retry: Retry) -> tuple[dict, str]:
     """The manifest at ``root`` written into ``folder`` and checked by the reader's own rules."""
     try:
-        data = request(fs, f"{root}/{MANIFEST}", f"{url.rstrip('/')}/{MANIFEST}", retry)
+        data = await request_async(fs, f"{root}/{MANIFEST}", f"{url.rstrip('/')}/{MANIFEST}", retry)
     except FileNotFoundError:
         raise PackError(f"{url.rstrip('/')}/{MANIFEST}: missing; {url} is not a pack") from None
     with open(os.path.join(folder, MANIFEST), "wb") as f:
@@ -140,25 +191,28 @@ def fetch_manifest(fs, root: str, url: str, folder: str, retry: Retry) -> tuple[
         raise PackError(f"{url}: {error}") from None
 
 
-def listed_files(fs, root: str, url: str, partial: str, manifest: dict, retry: Retry) -> list:
+async def listed_files(fs, root: str, url: str, partial: str, manifest: dict, retry: Retry) -> list:
     """``(relative path, bytes, sha256)`` of every array file the manifest lists; for a
     sharded pack each shard's manifest is fetched now (checked against its recorded SHA-256)
     and its arrays listed."""
     if manifest["format"] != SHARDED_FORMAT:
         return [(entry["file"], entry["bytes"], entry["sha256"]) for entry in manifest["arrays"].values()]
-    files = []
+    base = url.rstrip("/")
     for entry in manifest["shards"]:
         os.mkdir(os.path.join(partial, entry["name"]))
-        inner, digest = fetch_manifest(fs, f"{root}/{entry['name']}", f"{url.rstrip('/')}/{entry['name']}",
-                                       os.path.join(partial, entry["name"]), retry)
+    inners = await gather_all(fetch_manifest(fs, f"{root}/{entry['name']}", f"{base}/{entry['name']}",
+                                             os.path.join(partial, entry["name"]), retry)
+                              for entry in manifest["shards"])
+    files = []
+    for entry, (inner, digest) in zip(manifest["shards"], inners):
         if digest != entry["manifest_sha256"] or inner["format"] == SHARDED_FORMAT:
-            raise PackError(f"{url.rstrip('/')}/{entry['name']}/{MANIFEST}: SHA-256 {digest}, the pack's manifest "
-                            f"records {entry['manifest_sha256']} (the shard was replaced or changed)")
+            raise PackError(f"{base}/{entry['name']}/{MANIFEST}: SHA-256 {digest}, the pack's manifest records "
+                            f"{entry['manifest_sha256']} (the shard was replaced or changed)")
         files += [(f"{entry['name']}/{a['file']}", a["bytes"], a["sha256"]) for a in inner["arrays"].values()]
     return files
 
 
-def fetch_file(fs, remote: str, url: str, path: str, size: int, sha256: str, retry: Retry) -> None:
+async def fetch_file(fs, remote: str, url: str, path: str, size: int, sha256: str, retry: Retry) -> None:
     """One file, fetched range by range into ``path`` and checked: exactly ``size`` bytes of
     SHA-256 ``sha256``."""
     digest = hashlib.sha256()
@@ -167,7 +221,7 @@ def fetch_file(fs, remote: str, url: str, path: str, size: int, sha256: str, ret
             for start in range(0, size, CHUNK):
                 # The last range asks for one byte past the manifest's size: a file grown since is found.
                 end = size + 1 if start + CHUNK >= size else start + CHUNK
-                block = request(fs, remote, url, retry, start, end, least=min(end, size) - start)
+                block = await request_async(fs, remote, url, retry, start, end, least=min(end, size) - start)
                 if len(block) > end - start:
                     raise PackError(f"{url}: answered {len(block)} bytes to a request for bytes {start}-{end - 1}; "
                                     f"the server must serve byte ranges (HTTP Range requests)")
@@ -183,15 +237,24 @@ def fetch_file(fs, remote: str, url: str, path: str, size: int, sha256: str, ret
                         f"packing)")
 
 
-def request(fs, remote: str, url: str, retry: Retry, start=None, end=None, least=0) -> bytes:
+def loop_of(fs):
+    """The event loop ``fs``'s requests run on: its own (fsspec's) for an asynchronous
+    filesystem; fsspec's shared loop otherwise, where a synchronous read blocks it meanwhile
+    (one retry loop for both, and no event loop of the caller's thread to collide with)."""
+    from fsspec.asyn import get_loop
+    return fs.loop if getattr(fs, "async_impl", False) else get_loop()
+
+
+async def request_async(fs, remote: str, url: str, retry: Retry, start=None, end=None, least=0) -> bytes:
     """Bytes ``start`` to ``end`` (excluded) of ``remote`` (all of it when both are None),
-    at least ``least`` of them, tried as ``retry`` says. A missing file or a refusal
-    (``FileNotFoundError``, ``PermissionError``) is final: asking again changes nothing."""
+    at least ``least`` of them: each try cut after ``retry.timeout`` seconds, the waits
+    between tries as ``pause`` says. A missing file or a refusal (``FileNotFoundError``,
+    ``PermissionError``) is final: asking again changes nothing."""
     for attempt in range(1, retry.attempts + 1):
         if attempt > 1:
-            time.sleep(pause(retry, attempt))
+            await asyncio.sleep(pause(retry, attempt))
         try:
-            data = read(fs, remote, start, end, retry.timeout)
+            data = await read(fs, remote, start, end, retry.timeout)
         except (FileNotFoundError, PermissionError):
             raise
         except Exception as error:     # what a store's client raises differs by protocol (aiohttp, botocore, ...)
@@ -216,13 +279,12 @@ def pause(retry: Retry, attempt: int) -> float:
     return min(retry.backoff * 2 ** (attempt - 2), MAX_WAIT) * JITTER.uniform(0.5, 1.0)
 
 
-def read(fs, remote: str, start, end, timeout: float) -> bytes:
+async def read(fs, remote: str, start, end, timeout: float) -> bytes:
     """One request. fsspec's asynchronous filesystems (http(s), s3, gcs, ...) run it on fsspec's
-    event loop, which cancels it at the timeout (its connection closed: no thread or socket is
+    event loop, where the timeout cancels it (its connection closed: no thread or socket is
     left waiting); a synchronous filesystem is read as it is, under its own timeouts."""
     if getattr(fs, "async_impl", False):
-        from fsspec.asyn import sync
-        return sync(fs.loop, fs._cat_file, remote, start=start, end=end, timeout=timeout)
+        return await asyncio.wait_for(fs._cat_file(remote, start=start, end=end), timeout)
     return fs.cat_file(remote, start=start, end=end)
 
 

@@ -1,0 +1,292 @@
+"""A remote pack fetched sample by sample (issue 25, part 3): exactly the samples a loader
+is about to read, each checked against its SHA-256 before anything reads it.
+
+A pack whose manifest (every shard's, for a sharded pack) lists ``sample_sha256`` and that
+lies behind an asynchronous fsspec filesystem (``http(s)://``, ``s3://``, ...) is cached as
+an *exact* folder (``packremote.fetch``): every file fetched whole but the pixels, and each
+``pixels.npy`` a sparse file of its full size holding only its header, beside ``present``,
+one byte per sample (1 once the sample's bytes are in place). The dataset maps that folder
+as any pack; :class:`RemoteSamples` fills it:
+
+- ``ensure(indices)`` (the fetch step, before it reads a batch's pixels; ``get_sample``)
+  returns once every one of those samples is present: the missing ones are fetched now,
+  their byte ranges sorted and coalesced per shard file (samples at most ``GAP`` bytes
+  apart share a request of at most ``CHUNK`` bytes), the requests in parallel. A failure
+  raises a ``PackError`` there, so the loader reports it at the step that needed it.
+- ``ahead(indices)`` (the stream, for the coming steps) starts the same fetch without
+  waiting: what it brings is in place when the step is built; what it could not bring
+  the step's own ``ensure`` asks for again.
+- ``fill()`` (``fetch="background"``) fetches every other sample too, in large requests,
+  beside what the steps ask for.
+
+Every request runs on fsspec's event loop (its own thread: nothing here starts one), cut
+at the retry policy's timeout and retried as ``packremote.request_async`` says. A sample
+is written into the sparse file only after its bytes hash to its recorded SHA-256, and
+marked present only after it is written; only the sample's own bytes are written, never
+the gap bytes a coalesced request brought along. The files are shared: worker processes
+reopen the same folder, so a sample one process fetched is present for all of them; one a
+process is fetching is marked CLAIMED, and the others wait for it rather than ask for it
+too (for as long as one request may take: a process that ended mid-fetch leaves a claim
+nobody honours; the dataset a user opens drops such claims, and at worst two processes
+write the same checked bytes twice).
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import weakref
+
+import numpy as np
+
+from onemodel_cy.data.packfmt import MANIFEST, SHARDED_FORMAT, PackError, read_manifest
+from onemodel_cy.data.packremote import PRESENT_MAP, request_async
+
+MISSING, PRESENT, CLAIMED = 0, 1, 2      # a sample's byte in `present` (CLAIMED: a process is fetching it)
+POLL = 0.002                # seconds between two looks at samples another process is fetching
+GAP = 64 << 10              # bytes between two samples that one request still spans
+CHUNK = 4 << 20             # bytes per request at most (a sample larger than this is one request)
+REQUESTS = 64               # requests in flight per process
+PENDING = 64                # read-ahead fetches waiting per process; more are not queued
+FILLING = 4                 # background requests at once (fetch="background")
+
+
+class RemoteSamples:
+    """The missing samples of an exact folder (``folder``), fetched from ``url``."""
+
+    def __init__(self, folder: str, url: str, storage_options, retry, opener: bool):
+        """``opener``: this is the dataset a user opened (not a worker's pickled copy):
+        claims left by a process that ended mid-fetch (a crash) are dropped."""
+        self.folder, self.url = folder, url.rstrip("/")
+        self.storage_options, self.retry = dict(storage_options or {}), retry
+        manifest = read_manifest(folder)
+        names = [entry["name"] for entry in manifest["shards"]] if manifest["format"] == SHARDED_FORMAT else [""]
+        starts, lengths, files, digests = [], [], [], []
+        self.files = []                 # per shard: (path in the store, URL, local pixels.npy)
+        for k, name in enumerate(names):
+            shard = os.path.join(folder, name) if name else folder
+            pixels = np.load(os.path.join(shard, "pixels.npy"), mmap_mode="r")
+            offsets = np.load(os.path.join(shard, "pixel_offsets.npy"))
+            shapes = np.load(os.path.join(shard, "shapes.npy"))
+            starts.append(pixels.offset + offsets * pixels.itemsize)
+            lengths.append(shapes.prod(axis=1) * pixels.itemsize)
+            files.append(np.full(offsets.shape[0], k, dtype=np.int32))
+            digests.append(np.load(os.path.join(shard, "sample_sha256.npy"), mmap_mode="r"))
+            where = f"{name}/pixels.npy" if name else "pixels.npy"
+            self.files.append((where, f"{self.url}/{where}", os.path.join(shard, "pixels.npy")))
+        self.start, self.length = np.concatenate(starts), np.concatenate(lengths)
+        self.file = np.concatenate(files)
+        self.digests = digests[0] if len(digests) == 1 else np.concatenate(digests)
+        self.first = np.cumsum([0] + [d.shape[0] for d in digests])     # each shard's first global index
+        self.present = np.memmap(os.path.join(folder, PRESENT_MAP), dtype=np.uint8, mode="r+")
+        if self.present.shape[0] != self.start.shape[0]:
+            raise PackError(f"{os.path.join(folder, PRESENT_MAP)}: {self.present.shape[0]} entries for "
+                            f"{self.start.shape[0]} samples (a damaged cache folder: remove it)")
+        # Opened now: a cache that evicts this folder unlinks its files, and what is open
+        # stays writable (as its mapping stays readable). A forked child shares them.
+        self._fds = [os.open(local, os.O_WRONLY) for _, _, local in self.files]
+        self._finalizer = weakref.finalize(self, close_all, self._fds)
+        self._pid = None
+        self.requests = self.bytes_fetched = 0
+
+    # ------------------------------------------------------------ per process
+
+    def _connect(self):
+        """fsspec's filesystem and this process's bookkeeping (again after a fork)."""
+        if self._pid == os.getpid():
+            return
+        import fsspec
+        self.fs, root = fsspec.core.url_to_fs(self.url, **self.storage_options)
+        self.root = root.rstrip("/")
+        self._inflight = {}         # sample -> future of the request bringing it (loop thread only)
+        self._gate = None           # the loop's semaphore, made on the loop
+        self._pending = []
+        self.requests = self.bytes_fetched = 0      # this process's, since it first fetched
+        self._pid = os.getpid()
+
+    def missing(self, indices) -> np.ndarray:
+        """The distinct samples of ``indices`` not yet present (an index out of range is
+        left to the fetch step, which refuses it naming the step)."""
+        indices = np.asarray(indices, dtype=np.int64)
+        indices = indices[(indices >= 0) & (indices < self.present.shape[0])]
+        return np.unique(indices[self.present[indices] != PRESENT])
+
+    def ensure(self, indices) -> None:
+        """Return once every sample of ``indices`` is present (fetching what is missing)."""
+        wanted = self.missing(indices)
+        if wanted.size:
+            from fsspec.asyn import sync
+            self._connect()
+            sync(self.fs.loop, self._bring, wanted)
+
+    def ahead(self, indices) -> None:
+        """Start fetching what is missing of ``indices``; do not wait."""
+        wanted = self.missing(indices)
+        if not wanted.size:
+            return
+        self._connect()
+        self._pending = [f for f in self._pending if not f.done()]
+        if len(self._pending) < PENDING:
+            future = asyncio.run_coroutine_threadsafe(self._bring(wanted), self.fs.loop)
+            future.add_done_callback(forget)
+            self._pending.append(future)
+
+    def fill(self) -> None:
+        """Start fetching every sample still missing, in the background (``fetch="background"``):
+        shard by shard in offset order, ``FILLING`` requests of about ``CHUNK`` bytes at once,
+        beside what the steps ask for. Ends when all are present, at the first failure (the
+        steps' own fetches then report it), or when this object is collected."""
+        self._connect()
+        order = np.lexsort((self.start, self.file))
+        per_request = max(1, CHUNK // max(1, int(self.length.mean())))
+        # The coroutine holds this object only while a request of it runs: dropped, it is collected.
+        future = asyncio.run_coroutine_threadsafe(fill_all(weakref.ref(self), order, per_request), self.fs.loop)
+        future.add_done_callback(forget)
+        weakref.finalize(self, future.cancel)
+
+    def cancel(self) -> None:
+        """Drop the read-ahead still queued (a stream that ends)."""
+        if self._pid == os.getpid():
+            for future in self._pending:
+                future.cancel()
+            self._pending = []
+
+    # ------------------------------------------------------------ on fsspec's loop
+
+    async def _bring(self, wanted: np.ndarray) -> None:
+        patience = asyncio.get_running_loop().time() + self.retry.timeout
+        while True:
+            waits, todo, claimed = [], [], []
+            for i in wanted.tolist():
+                state = self.present[i]
+                if state == PRESENT:
+                    continue
+                future = self._inflight.get(i)
+                if future is not None:
+                    waits.append(future)
+                elif state == CLAIMED and asyncio.get_running_loop().time() < patience:
+                    claimed.append(i)
+                else:
+                    todo.append(i)
+            if not todo and not waits and not claimed:
+                return
+            if todo:
+                await self._fetch(todo)
+            for future in waits:
+                failure = await future
+                if failure is not None:
+                    raise failure
+            if claimed and not todo and not waits:
+                # Another process is fetching them: wait for it (as long as one request may take),
+                # then fetch what it has not brought (it may have failed, or ended).
+                await asyncio.sleep(POLL)
+            # a fetch cancelled elsewhere (a read-ahead dropped) leaves its samples missing: look again
+
+    async def _fetch(self, todo: list) -> None:
+        loop = asyncio.get_running_loop()
+        mine = {i: loop.create_future() for i in todo}
+        self._inflight.update(mine)
+        self.present[todo] = CLAIMED        # the other processes wait for these rather than fetch them too
+        failure = None
+        try:
+            if self._gate is None:
+                self._gate = asyncio.Semaphore(REQUESTS)
+            results = await asyncio.gather(*(self._request(*r) for r in self.plan(todo)), return_exceptions=True)
+            failure = next((r for r in results if isinstance(r, BaseException)), None)
+        finally:
+            for i, future in mine.items():
+                if self.present[i] == CLAIMED:
+                    self.present[i] = MISSING       # not brought (failed, or cancelled): anyone may ask again
+                if self._inflight.get(i) is future:
+                    del self._inflight[i]
+                if not future.done():
+                    future.set_result(failure)    # a result, never an exception nobody might retrieve
+        if failure is not None:
+            raise failure
+
+    def plan(self, todo: list) -> list:
+        """``(file, start, end, samples)`` requests covering ``todo``: per shard file, by
+        offset, neighbours at most ``GAP`` bytes apart merged up to ``CHUNK`` bytes."""
+        order = sorted(todo, key=lambda i: (int(self.file[i]), int(self.start[i])))
+        requests = []
+        for i in order:
+            k, start = int(self.file[i]), int(self.start[i])
+            end = start + int(self.length[i])
+            if requests:
+                last = requests[-1]
+                if last[0] == k and start - last[2] <= GAP and max(end, last[2]) - last[1] <= CHUNK:
+                    last[2] = max(end, last[2])
+                    last[3].append(i)
+                    continue
+            requests.append([k, start, end, [i]])
+        return requests
+
+    async def _request(self, k: int, start: int, end: int, samples: list) -> None:
+        where, url, _ = self.files[k]
+        try:
+            async with self._gate:
+                block = await request_async(self.fs, f"{self.root}/{where}", url, self.retry, start, end,
+                                            end - start)
+        except (FileNotFoundError, PermissionError) as error:
+            raise PackError(f"{url}: {'missing' if isinstance(error, FileNotFoundError) else 'refused'} "
+                            f"(the manifest lists it; the pack was removed or changed at its URL)") from None
+        self.requests += 1
+        self.bytes_fetched += len(block)
+        if len(block) != end - start:
+            raise PackError(f"{url}: answered {len(block)} bytes to a request for bytes {start}-{end - 1}; the "
+                            f"server must serve byte ranges (HTTP Range requests)")
+        view = memoryview(block)
+        for i in samples:
+            lo = int(self.start[i]) - start
+            data = view[lo:lo + int(self.length[i])]
+            if hashlib.sha256(data).digest() != self.digests[i].tobytes():
+                local = i - int(self.first[k])
+                raise PackError(f"{url} (bytes {start + lo}-{start + lo + len(data) - 1}): sample {local} of this "
+                                f"file does not hash to its SHA-256 in sample_sha256.npy (the file was replaced "
+                                f"or changed after packing)")
+            os.pwrite(self._fds[k], data, start + lo)
+            self.present[i] = PRESENT  # after its bytes: a reader that sees it reads them
+
+
+async def fill_all(ref, order: np.ndarray, per_request: int) -> None:
+    """``RemoteSamples.fill``'s work, on fsspec's loop: ``order``'s samples, ``per_request``
+    at a time, by ``FILLING`` workers; ``ref`` is a weak reference to the fetcher."""
+    slices = iter(range(0, order.shape[0], per_request))
+
+    async def worker():
+        for first in slices:
+            remote = ref()
+            if remote is None:
+                return
+            await remote._bring(remote.missing(order[first:first + per_request]))
+            del remote
+    await gather_first(worker() for _ in range(FILLING))
+
+
+async def gather_first(coroutines) -> None:
+    """Run ``coroutines`` together; the first to fail cancels the others and is raised."""
+    tasks = [asyncio.ensure_future(c) for c in coroutines]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+def forget(future) -> None:
+    """A read-ahead's outcome: a failure is the step's to report (its ``ensure`` asks again)."""
+    if not future.cancelled():
+        future.exception()
+
+
+def close_all(fds: list) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    fds.clear()
+
+
+def is_exact(folder: str) -> bool:
+    return os.path.isfile(os.path.join(folder, PRESENT_MAP)) and os.path.isfile(os.path.join(folder, MANIFEST))
