@@ -46,6 +46,7 @@ MISSING, PRESENT, CLAIMED = 0, 1, 2      # a sample's byte in `present` (CLAIMED
 POLL = 0.002                # seconds between two looks at samples another process is fetching
 GAP = 64 << 10              # bytes between two samples that one request still spans
 CHUNK = 4 << 20             # bytes per request at most (a sample larger than this is one request)
+FILL_CHUNK = 16 << 20       # the same for fill(): fewer, larger requests (a store may cost per request)
 REQUESTS = 64               # requests in flight per process
 PENDING = 64                # read-ahead fetches waiting per process; more are not queued
 FILLING = 4                 # background requests at once (fetch="background")
@@ -87,6 +88,7 @@ class RemoteSamples:
         self._fds = [os.open(local, os.O_WRONLY) for _, _, local in self.files]
         self._finalizer = weakref.finalize(self, close_all, self._fds)
         self._pid = None
+        self._filling = None        # fill()'s future, in the process that started it
         self.requests = self.bytes_fetched = 0
 
     # ------------------------------------------------------------ per process
@@ -101,6 +103,7 @@ class RemoteSamples:
         self._inflight = {}         # sample -> future of the request bringing it (loop thread only)
         self._gate = None           # the loop's semaphore, made on the loop
         self._pending = []
+        self._filling = None if self._pid is not None else self._filling    # a parent's, after a fork
         self.requests = self.bytes_fetched = 0      # this process's, since it first fetched
         self._pid = os.getpid()
 
@@ -120,7 +123,11 @@ class RemoteSamples:
             sync(self.fs.loop, self._bring, wanted)
 
     def ahead(self, indices) -> None:
-        """Start fetching what is missing of ``indices``; do not wait."""
+        """Start fetching what is missing of ``indices``; do not wait. Not while ``fill``
+        runs: it brings them in large requests, which small ones ahead of it only delay
+        (a store serves a request at a time per connection, and many cost per request)."""
+        if self._filling is not None and not self._filling.done():
+            return
         wanted = self.missing(indices)
         if not wanted.size:
             return
@@ -133,16 +140,17 @@ class RemoteSamples:
 
     def fill(self) -> None:
         """Start fetching every sample still missing, in the background (``fetch="background"``):
-        shard by shard in offset order, ``FILLING`` requests of about ``CHUNK`` bytes at once,
+        shard by shard in offset order, ``FILLING`` requests of about ``FILL_CHUNK`` bytes at once,
         beside what the steps ask for. Ends when all are present, at the first failure (the
         steps' own fetches then report it), or when this object is collected."""
         self._connect()
         order = np.lexsort((self.start, self.file))
-        per_request = max(1, CHUNK // max(1, int(self.length.mean())))
+        per_request = max(1, FILL_CHUNK // max(1, int(self.length.mean())))
         # The coroutine holds this object only while a request of it runs: dropped, it is collected.
         future = asyncio.run_coroutine_threadsafe(fill_all(weakref.ref(self), order, per_request), self.fs.loop)
         future.add_done_callback(forget)
         weakref.finalize(self, future.cancel)
+        self._filling = future
 
     def cancel(self) -> None:
         """Drop the read-ahead still queued (a stream that ends)."""
@@ -153,7 +161,7 @@ class RemoteSamples:
 
     # ------------------------------------------------------------ on fsspec's loop
 
-    async def _bring(self, wanted: np.ndarray) -> None:
+    async def _bring(self, wanted: np.ndarray, limit: int = CHUNK) -> None:
         patience = asyncio.get_running_loop().time() + self.retry.timeout
         while True:
             waits, todo, claimed = [], [], []
@@ -171,7 +179,7 @@ class RemoteSamples:
             if not todo and not waits and not claimed:
                 return
             if todo:
-                await self._fetch(todo)
+                await self._fetch(todo, limit)
             for future in waits:
                 failure = await future
                 if failure is not None:
@@ -182,7 +190,7 @@ class RemoteSamples:
                 await asyncio.sleep(POLL)
             # a fetch cancelled elsewhere (a read-ahead dropped) leaves its samples missing: look again
 
-    async def _fetch(self, todo: list) -> None:
+    async def _fetch(self, todo: list, limit: int) -> None:
         loop = asyncio.get_running_loop()
         mine = {i: loop.create_future() for i in todo}
         self._inflight.update(mine)
@@ -191,7 +199,8 @@ class RemoteSamples:
         try:
             if self._gate is None:
                 self._gate = asyncio.Semaphore(REQUESTS)
-            results = await asyncio.gather(*(self._request(*r) for r in self.plan(todo)), return_exceptions=True)
+            results = await asyncio.gather(*(self._request(*r) for r in self.plan(todo, limit)),
+                                           return_exceptions=True)
             failure = next((r for r in results if isinstance(r, BaseException)), None)
         finally:
             for i, future in mine.items():
@@ -204,9 +213,9 @@ class RemoteSamples:
         if failure is not None:
             raise failure
 
-    def plan(self, todo: list) -> list:
+    def plan(self, todo: list, limit: int = CHUNK) -> list:
         """``(file, start, end, samples)`` requests covering ``todo``: per shard file, by
-        offset, neighbours at most ``GAP`` bytes apart merged up to ``CHUNK`` bytes."""
+        offset, neighbours at most ``GAP`` bytes apart merged up to ``limit`` bytes."""
         order = sorted(todo, key=lambda i: (int(self.file[i]), int(self.start[i])))
         requests = []
         for i in order:
@@ -214,7 +223,7 @@ class RemoteSamples:
             end = start + int(self.length[i])
             if requests:
                 last = requests[-1]
-                if last[0] == k and start - last[2] <= GAP and max(end, last[2]) - last[1] <= CHUNK:
+                if last[0] == k and start - last[2] <= GAP and max(end, last[2]) - last[1] <= limit:
                     last[2] = max(end, last[2])
                     last[3].append(i)
                     continue
@@ -258,7 +267,7 @@ async def fill_all(ref, order: np.ndarray, per_request: int) -> None:
             remote = ref()
             if remote is None:
                 return
-            await remote._bring(remote.missing(order[first:first + per_request]))
+            await remote._bring(remote.missing(order[first:first + per_request]), FILL_CHUNK)
             del remote
     await gather_first(worker() for _ in range(FILLING))
 
