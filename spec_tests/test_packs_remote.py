@@ -16,6 +16,8 @@ import json
 import os
 import pickle
 import shutil
+import subprocess
+import sys
 import time
 
 import fsspec  # noqa: F401  (the remote extra: CI leaves this file out where it is not installed)
@@ -297,3 +299,90 @@ def test_fetch_values_are_checked(packs, tmp_path, kw, error, message):
         om.PackedImageDataset(f"{url}/gray", 0.5, 0.25, cache=str(tmp_path), **kw)
     with pytest.raises(ValueError, match=r"^fetch is for a pack at a URL, received a local path"):
         om.PackedImageDataset(str(root / "gray"), 0.5, 0.25, fetch="exact")
+
+
+def test_the_cache_folder_of_a_url_is_not_a_local_pack(packs, tmp_path):
+    """Part 3: an exact cache folder holds only the samples fetched so far: opened by its
+    path it would serve holes; it is refused, naming the way to open it."""
+    root, url = packs
+    remote = om.PackedImageDataset(f"{url}/gray", 0.5, 0.25, cache=str(tmp_path))
+    with pytest.raises(PackError, match=r"-exact: the cache of a pack at a URL whose samples are fetched as they "
+                                        r"are needed \(not all are here\): open the URL"):
+        om.PackedImageDataset(remote.path, 0.5, 0.25)
+
+
+def ended_process_id():
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+@pytest.mark.parametrize("owner", ["ended", "alive"])
+def test_a_claim_is_waited_for_while_its_process_lives_and_never_longer(packs, tmp_path, owner):
+    """Part 3: a sample another process is fetching (its claim) is waited for, at most as
+    long as one request may take (retry's timeout), then fetched here; the claim of a
+    process that has ended (a crash, a worker stopped mid-fetch) is not waited for."""
+    root, url = packs
+    remote = om.PackedImageDataset(f"{url}/gray", 0.5, 0.25, cache=str(tmp_path), retry={"timeout": 1.5})
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        remote.remote.claims[3] = sleeper.pid if owner == "alive" else ended_process_id()
+        began = time.monotonic()
+        image = remote.get_sample(3).image
+        waited = time.monotonic() - began
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert image.tobytes() == om.PackedImageDataset(str(root / "gray"), 0.5, 0.25).get_sample(3).image.tobytes()
+    assert (1.5 <= waited < 10) if owner == "alive" else waited < 1.0
+
+
+def test_a_server_without_byte_ranges_is_refused_on_opening(packs, tmp_path):
+    """Part 4: a server that answers a range request with the whole file (Python's
+    http.server) is refused when the pack is opened, before any sample is asked for."""
+    root, _ = packs
+    if not os.path.exists(root / "larger"):
+        om.pack(items(9, n=200), str(root / "larger"), progress=False)     # pixels past the first request
+    port = free_port()
+    with running([sys.executable, "-m", "http.server", "-b", "127.0.0.1", str(port), "-d", str(root)], port,
+                 "http.server"):
+        with pytest.raises(PackError, match=r"/larger/pixels\.npy: answered \d+ bytes to a request for bytes "
+                                            r"0-4095; the server must serve byte ranges"):
+            om.PackedImageDataset(f"http://127.0.0.1:{port}/larger", 0.5, 0.25, cache=str(tmp_path))
+
+
+def test_the_background_fetch_passes_over_a_bad_sample(packs, tmp_path):
+    """Part 3: a sample that does not match its SHA-256 is counted by the background fetch
+    (fill_failures, fill_error) and passed over: every other sample arrives; the bad one is
+    refused when a step asks for it, and never served."""
+    root, url = packs
+    shutil.rmtree(root / "spoiled", ignore_errors=True)
+    shutil.copytree(root / "gray", root / "spoiled")
+    offset = int(np.load(root / "gray" / "pixel_offsets.npy")[5])
+    with open(root / "spoiled" / "pixels.npy", "r+b") as f:
+        f.seek(128 + offset)
+        f.write(b"\xff\x00")
+    remote = om.PackedImageDataset(f"{url}/spoiled", 0.5, 0.25, cache=str(tmp_path), fetch="background")
+    local = om.PackedImageDataset(str(root / "gray"), 0.5, 0.25)
+    deadline = time.monotonic() + 60
+    while (remote.remote.present == 1).sum() < len(remote) - 1 or remote.remote.fill_failures == 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert remote.remote.present[5] == 0 and "sample 5 of this file does not hash" in remote.remote.fill_error
+    for i in range(len(local)):
+        if i != 5:
+            assert remote.get_sample(i).image.tobytes() == local.get_sample(i).image.tobytes()
+    with pytest.raises(PackError, match="sample 5 of this file does not hash"):
+        remote.get_sample(5)
+
+
+def test_a_step_with_a_transform_fetches_its_samples_together(packs, tmp_path):
+    """Part 3: the route that calls get_sample (a transform) fetches a step's missing
+    samples in one go, as the packed route does, not one request per sample."""
+    root, url = packs
+    remote = om.PackedImageDataset(f"{url}/gray", 0.5, 0.25, cache=str(tmp_path))
+    loader = om.DataLoader(remote, om.SequentialSampler(len(remote), 16), om.ImageBatchCollator(), seed=0,
+                           transform=lambda sample, rng: sample)
+    batch = loader.batch_at(0)
+    assert remote.remote.requests == 1 and (remote.remote.present[:16] == 1).all()
+    assert np.asarray(batch.indices).tolist() == list(range(16))

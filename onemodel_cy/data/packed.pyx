@@ -31,7 +31,7 @@ from onemodel_cy.data.image import gray8_to_planar, rgb8_to_planar
 from onemodel_cy.data.packfmt import (SHARDED_FORMAT as _SHARDED, PackError, join_shards, load_index, open_manifest,
                                       open_shards)
 from onemodel_cy.data.packexact import RemoteSamples, is_exact
-from onemodel_cy.data.packremote import fetch as _fetch, is_url as _is_url, retry_policy
+from onemodel_cy.data.packremote import PRESENT_MAP as _PRESENT_MAP, fetch as _fetch, is_url as _is_url, retry_policy
 from onemodel_cy.data.vocabulary import decode as _decode, with_blank as _with_blank
 
 cnp.import_array()
@@ -198,6 +198,9 @@ cdef class PackedImageDataset(PackedSource):
             # Absolute now: a later os.chdir cannot change which folder a pickled copy reopens
             # (a symbolic link pointed elsewhere since is refused by the manifest's digest).
             folder = os.path.abspath(os.fspath(path))
+            if os.path.exists(os.path.join(folder, _PRESENT_MAP)):
+                raise PackError(f"{folder}: the cache of a pack at a URL whose samples are fetched as they are "
+                                f"needed (not all are here): open the URL (PackedImageDataset(url, cache=...))")
         where = folder if self.url is None else path     # what the user named
         try:
             manifest, digest = open_manifest(folder)
@@ -230,7 +233,7 @@ cdef class PackedImageDataset(PackedSource):
             self.shards = ()
         self._install(arrays, convert)
         if self.url is not None and is_exact(folder):
-            self.remote = RemoteSamples(folder, path, storage_options, retry_policy(retry), expected is None)
+            self.remote = RemoteSamples(folder, path, storage_options, retry_policy(retry))
             if fetch == "background" and expected is None:     # the opener's, not every worker's
                 self.remote.fill()
         self.path, self.manifest, self.pixel_kind = folder, manifest, kind

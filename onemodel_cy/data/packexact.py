@@ -22,27 +22,28 @@ as any pack; :class:`RemoteSamples` fills it:
 Every request runs on fsspec's event loop (its own thread: nothing here starts one), cut
 at the retry policy's timeout and retried as ``packremote.request_async`` says. A sample
 is written into the sparse file only after its bytes hash to its recorded SHA-256, and
-marked present only after it is written; only the sample's own bytes are written, never
-the gap bytes a coalesced request brought along. The files are shared: worker processes
-reopen the same folder, so a sample one process fetched is present for all of them; one a
-process is fetching is marked CLAIMED, and the others wait for it rather than ask for it
-too (for as long as one request may take: a process that ended mid-fetch leaves a claim
-nobody honours; the dataset a user opens drops such claims, and at worst two processes
-write the same checked bytes twice).
+marked present only after all of it is written; only the sample's own bytes are written,
+never the gap bytes a coalesced request brought along. The files are shared: worker
+processes reopen the same folder, so a sample one process fetched is present for all of
+them. ``claims`` holds the process id fetching each sample: the others wait for it rather
+than ask for it too, for as long as one request may take, unless that process has ended
+(a claim of a process that is gone is ignored). At worst two processes write the same
+checked bytes twice.
 """
 from __future__ import annotations
 
 import asyncio
 import hashlib
 import os
+import threading
 import weakref
 
 import numpy as np
 
-from onemodel_cy.data.packfmt import MANIFEST, SHARDED_FORMAT, PackError, read_manifest
-from onemodel_cy.data.packremote import PRESENT_MAP, request_async
+from onemodel_cy.data.packfmt import SHARDED_FORMAT, PackError, read_manifest
+from onemodel_cy.data.packremote import CLAIMS_MAP, EXACT, PRESENT_MAP, request_async
 
-MISSING, PRESENT, CLAIMED = 0, 1, 2      # a sample's byte in `present` (CLAIMED: a process is fetching it)
+MISSING, PRESENT = 0, 1     # a sample's byte in `present`
 POLL = 0.002                # seconds between two looks at samples another process is fetching
 GAP = 64 << 10              # bytes between two samples that one request still spans
 CHUNK = 4 << 20             # bytes per request at most (a sample larger than this is one request)
@@ -55,9 +56,7 @@ FILLING = 4                 # background requests at once (fetch="background")
 class RemoteSamples:
     """The missing samples of an exact folder (``folder``), fetched from ``url``."""
 
-    def __init__(self, folder: str, url: str, storage_options, retry, opener: bool):
-        """``opener``: this is the dataset a user opened (not a worker's pickled copy):
-        claims left by a process that ended mid-fetch (a crash) are dropped."""
+    def __init__(self, folder: str, url: str, storage_options, retry):
         self.folder, self.url = folder, url.rstrip("/")
         self.storage_options, self.retry = dict(storage_options or {}), retry
         manifest = read_manifest(folder)
@@ -80,16 +79,22 @@ class RemoteSamples:
         self.digests = digests[0] if len(digests) == 1 else np.concatenate(digests)
         self.first = np.cumsum([0] + [d.shape[0] for d in digests])     # each shard's first global index
         self.present = np.memmap(os.path.join(folder, PRESENT_MAP), dtype=np.uint8, mode="r+")
-        if self.present.shape[0] != self.start.shape[0]:
-            raise PackError(f"{os.path.join(folder, PRESENT_MAP)}: {self.present.shape[0]} entries for "
-                            f"{self.start.shape[0]} samples (a damaged cache folder: remove it)")
+        # The process fetching each sample (0: none): the others wait for it rather than ask for
+        # it too, unless that process has ended (a crash, a worker stopped mid-fetch).
+        self.claims = np.memmap(os.path.join(folder, CLAIMS_MAP), dtype=np.int32, mode="r+")
+        if not self.present.shape[0] == self.claims.shape[0] == self.start.shape[0]:
+            raise PackError(f"{folder}: {PRESENT_MAP} and {CLAIMS_MAP} hold {self.present.shape[0]} and "
+                            f"{self.claims.shape[0]} entries for {self.start.shape[0]} samples (a damaged cache "
+                            f"folder: remove it)")
         # Opened now: a cache that evicts this folder unlinks its files, and what is open
         # stays writable (as its mapping stays readable). A forked child shares them.
         self._fds = [os.open(local, os.O_WRONLY) for _, _, local in self.files]
         self._finalizer = weakref.finalize(self, close_all, self._fds)
         self._pid = None
+        self._lock = threading.Lock()
         self._filling = None        # fill()'s future, in the process that started it
-        self.requests = self.bytes_fetched = 0
+        self.requests = self.bytes_fetched = self.fill_failures = 0
+        self.fill_error = None      # the last failure of fill() (its steps' fetches report their own)
 
     # ------------------------------------------------------------ per process
 
@@ -97,15 +102,18 @@ class RemoteSamples:
         """fsspec's filesystem and this process's bookkeeping (again after a fork)."""
         if self._pid == os.getpid():
             return
-        import fsspec
-        self.fs, root = fsspec.core.url_to_fs(self.url, **self.storage_options)
-        self.root = root.rstrip("/")
-        self._inflight = {}         # sample -> future of the request bringing it (loop thread only)
-        self._gate = None           # the loop's semaphore, made on the loop
-        self._pending = []
-        self._filling = None if self._pid is not None else self._filling    # a parent's, after a fork
-        self.requests = self.bytes_fetched = 0      # this process's, since it first fetched
-        self._pid = os.getpid()
+        with self._lock:        # worker threads' first fetches may come together
+            if self._pid == os.getpid():
+                return
+            import fsspec
+            self.fs, root = fsspec.core.url_to_fs(self.url, **self.storage_options)
+            self.root = root.rstrip("/")
+            self._inflight = {}         # sample -> future of the request bringing it (loop thread only)
+            self._gate = None           # the loop's semaphore, made on the loop
+            self._pending = []
+            self._filling = None if self._pid is not None else self._filling    # a parent's, after a fork
+            self.requests = self.bytes_fetched = 0      # this process's, since it first fetched
+            self._pid = os.getpid()
 
     def missing(self, indices) -> np.ndarray:
         """The distinct samples of ``indices`` not yet present (an index out of range is
@@ -141,8 +149,10 @@ class RemoteSamples:
     def fill(self) -> None:
         """Start fetching every sample still missing, in the background (``fetch="background"``):
         shard by shard in offset order, ``FILLING`` requests of about ``FILL_CHUNK`` bytes at once,
-        beside what the steps ask for. Ends when all are present, at the first failure (the
-        steps' own fetches then report it), or when this object is collected."""
+        beside what the steps ask for. A request that fails is counted (``fill_failures``,
+        ``fill_error``) and passed over: the steps that need its samples ask for them again,
+        and report their own failure. Ends when every request was made, or when this object
+        is collected."""
         self._connect()
         order = np.lexsort((self.start, self.file))
         per_request = max(1, FILL_CHUNK // max(1, int(self.length.mean())))
@@ -162,17 +172,23 @@ class RemoteSamples:
     # ------------------------------------------------------------ on fsspec's loop
 
     async def _bring(self, wanted: np.ndarray, limit: int = CHUNK) -> None:
-        patience = asyncio.get_running_loop().time() + self.retry.timeout
+        """Return once every sample of ``wanted`` is present, or raise the failure of this
+        call's own fetch. A sample another fetch of this process is bringing is waited
+        for, one another live process claimed too (for as long as one request may take);
+        what they did not bring (they failed, were cancelled, or ended) is fetched here."""
+        loop = asyncio.get_running_loop()
+        patience = loop.time() + self.retry.timeout
+        pid = os.getpid()
         while True:
-            waits, todo, claimed = [], [], []
+            waits, todo, claimed, living = [], [], [], {}
             for i in wanted.tolist():
-                state = self.present[i]
-                if state == PRESENT:
+                if self.present[i] == PRESENT:
                     continue
                 future = self._inflight.get(i)
+                owner = int(self.claims[i])
                 if future is not None:
                     waits.append(future)
-                elif state == CLAIMED and asyncio.get_running_loop().time() < patience:
+                elif owner not in (0, pid) and loop.time() < patience and alive(owner, living):
                     claimed.append(i)
                 else:
                     todo.append(i)
@@ -181,20 +197,16 @@ class RemoteSamples:
             if todo:
                 await self._fetch(todo, limit)
             for future in waits:
-                failure = await future
-                if failure is not None:
-                    raise failure
+                await future        # its failure is its caller's; what it left missing is fetched next round
             if claimed and not todo and not waits:
-                # Another process is fetching them: wait for it (as long as one request may take),
-                # then fetch what it has not brought (it may have failed, or ended).
                 await asyncio.sleep(POLL)
-            # a fetch cancelled elsewhere (a read-ahead dropped) leaves its samples missing: look again
 
     async def _fetch(self, todo: list, limit: int) -> None:
         loop = asyncio.get_running_loop()
         mine = {i: loop.create_future() for i in todo}
         self._inflight.update(mine)
-        self.present[todo] = CLAIMED        # the other processes wait for these rather than fetch them too
+        pid = os.getpid()
+        self.claims[todo] = pid             # the other processes wait for these rather than fetch them too
         failure = None
         try:
             if self._gate is None:
@@ -204,12 +216,12 @@ class RemoteSamples:
             failure = next((r for r in results if isinstance(r, BaseException)), None)
         finally:
             for i, future in mine.items():
-                if self.present[i] == CLAIMED:
-                    self.present[i] = MISSING       # not brought (failed, or cancelled): anyone may ask again
+                if self.claims[i] == pid:
+                    self.claims[i] = 0          # brought, or not (failed, cancelled): anyone may ask again
                 if self._inflight.get(i) is future:
                     del self._inflight[i]
                 if not future.done():
-                    future.set_result(failure)    # a result, never an exception nobody might retrieve
+                    future.set_result(None)
         if failure is not None:
             raise failure
 
@@ -244,17 +256,20 @@ class RemoteSamples:
         if len(block) != end - start:
             raise PackError(f"{url}: answered {len(block)} bytes to a request for bytes {start}-{end - 1}; the "
                             f"server must serve byte ranges (HTTP Range requests)")
-        view = memoryview(block)
-        for i in samples:
+        view, failure = memoryview(block), None
+        for i in samples:           # each good sample kept, the first bad one raised after
             lo = int(self.start[i]) - start
             data = view[lo:lo + int(self.length[i])]
             if hashlib.sha256(data).digest() != self.digests[i].tobytes():
-                local = i - int(self.first[k])
-                raise PackError(f"{url} (bytes {start + lo}-{start + lo + len(data) - 1}): sample {local} of this "
-                                f"file does not hash to its SHA-256 in sample_sha256.npy (the file was replaced "
-                                f"or changed after packing)")
-            os.pwrite(self._fds[k], data, start + lo)
-            self.present[i] = PRESENT  # after its bytes: a reader that sees it reads them
+                failure = failure or PackError(
+                    f"{url} (bytes {start + lo}-{start + lo + len(data) - 1}): sample {i - int(self.first[k])} of "
+                    f"this file does not hash to its SHA-256 in sample_sha256.npy (the file was replaced or changed "
+                    f"after packing)")
+                continue
+            write_all(self._fds[k], data, start + lo, self.files[k][2], i - int(self.first[k]))
+            self.present[i] = PRESENT  # after all its bytes: a reader that sees it reads them
+        if failure is not None:
+            raise failure
 
 
 async def fill_all(ref, order: np.ndarray, per_request: int) -> None:
@@ -267,25 +282,45 @@ async def fill_all(ref, order: np.ndarray, per_request: int) -> None:
             remote = ref()
             if remote is None:
                 return
-            await remote._bring(remote.missing(order[first:first + per_request]), FILL_CHUNK)
+            try:
+                await remote._bring(remote.missing(order[first:first + per_request]), FILL_CHUNK)
+            except Exception as error:
+                remote.fill_failures += 1
+                remote.fill_error = f"{type(error).__name__}: {error}"
             del remote
-    await gather_first(worker() for _ in range(FILLING))
+    await asyncio.gather(*(worker() for _ in range(FILLING)))
 
 
-async def gather_first(coroutines) -> None:
-    """Run ``coroutines`` together; the first to fail cancels the others and is raised."""
-    tasks = [asyncio.ensure_future(c) for c in coroutines]
+def alive(pid: int, known: dict) -> bool:
+    """Whether process ``pid`` still runs (``known`` caches the answers of one look)."""
+    if pid not in known:
+        try:
+            os.kill(pid, 0)
+            known[pid] = True
+        except ProcessLookupError:
+            known[pid] = False
+        except OSError:             # another user's process: it runs
+            known[pid] = True
+    return known[pid]
+
+
+def write_all(fd: int, data, offset: int, path: str, sample: int) -> None:
+    """``data`` at ``offset`` of the file ``fd``, every byte (a write may take only part)."""
+    view = memoryview(data)
     try:
-        await asyncio.gather(*tasks)
-    finally:
-        for task in tasks:
-            task.cancel()
+        while view.nbytes:
+            written = os.pwrite(fd, view, offset)
+            view, offset = view[written:], offset + written
+    except OSError as error:
+        raise OSError(error.errno, f"{path}: cannot write sample {sample} of this file into the cache "
+                                   f"({error.strerror})") from None
 
 
 def forget(future) -> None:
-    """A read-ahead's outcome: a failure is the step's to report (its ``ensure`` asks again)."""
-    if not future.cancelled():
-        future.exception()
+    """A read-ahead's outcome: a failure is the step's to report (its ``ensure`` asks again).
+    Its traceback is let go, which would keep the fetcher (and its files) alive."""
+    if not future.cancelled() and future.exception() is not None:
+        future.exception().__traceback__ = None
 
 
 def close_all(fds: list) -> None:
@@ -298,4 +333,9 @@ def close_all(fds: list) -> None:
 
 
 def is_exact(folder: str) -> bool:
-    return os.path.isfile(os.path.join(folder, PRESENT_MAP)) and os.path.isfile(os.path.join(folder, MANIFEST))
+    """Whether the cache folder ``folder`` is an exact folder (its name says; its maps must be there)."""
+    named = folder.endswith(EXACT)
+    if named and not all(os.path.isfile(os.path.join(folder, name)) for name in (PRESENT_MAP, CLAIMS_MAP)):
+        raise PackError(f"{folder}: an exact cache folder without its {PRESENT_MAP} and {CLAIMS_MAP} (removed "
+                        f"meanwhile, or damaged): open the URL again")
+    return named

@@ -251,9 +251,9 @@ def load_index(folder: str, manifest: dict, verify: str) -> dict:
     arrays = {}
     for name in names:
         path, offset = check_array_file(folder, manifest, name, verify == "full" or name != "pixels")
-        if name in ("pixels", "sample_sha256"):     # the digests are read only to fetch a remote pack
+        if name == "pixels":
             arrays[name] = np.load(path, mmap_mode="r")
-        else:
+        elif name != "sample_sha256":       # checked, not loaded: only a remote pack's fetch reads it
             arrays[name] = np.load(path)
     check_index(folder, manifest, arrays)
     return arrays
@@ -299,9 +299,10 @@ def check_index(folder: str, manifest: dict, a: dict) -> None:
         fail(folder, "targets", f"value {a['targets'][negative[0]]} at {negative[0]}; symbols must be >= 0")
     if "keys" in a:
         check_offsets(folder, "key_offsets", a["key_offsets"], a["keys"].shape[0], "keys")
-    if "sample_sha256" in a and list(a["sample_sha256"].shape) != [n, DIGEST_BYTES]:
+    digests = manifest["arrays"].get("sample_sha256")     # its file's shape is the manifest's (checked)
+    if digests is not None and digests["shape"] != [n, DIGEST_BYTES]:
         fail(folder, "sample_sha256", f"must be [count, {DIGEST_BYTES}] = [{n}, {DIGEST_BYTES}], received "
-             f"{list(a['sample_sha256'].shape)}")
+             f"{digests['shape']}")
 
 
 def check_offsets(folder: str, name: str, offsets: np.ndarray, length: int, of: str) -> None:
@@ -391,8 +392,6 @@ def join_shards(opened: list, pixels: np.ndarray, starts: list) -> dict:
               "pixel_offsets": np.concatenate([a["pixel_offsets"] + start for (_, a), start in zip(opened, starts)]),
               "shapes": np.concatenate([a["shapes"] for _, a in opened]),
               "labels": np.concatenate([a["labels"] for _, a in opened])}
-    if all("sample_sha256" in a for _, a in opened):     # all or none: a pack checks every sample or none
-        arrays["sample_sha256"] = np.concatenate([a["sample_sha256"] for _, a in opened])
     names = [("targets", "target_offsets")] + ([("keys", "key_offsets")] if "keys" in opened[0][1] else [])
     for values, offsets in names:
         arrays[values] = np.concatenate([a[values] for _, a in opened])

@@ -43,6 +43,8 @@ DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "onemodel_cy", "
 DEFAULT_CACHE_BYTES = 64 << 30
 EXACT = "-exact"             # the name of an exact folder: the manifest's SHA-256 and this
 PRESENT_MAP = "present"      # an exact folder's map of fetched samples (packexact.py; not part of the format)
+CLAIMS_MAP = "claims"        # ... and of the process fetching each
+OPENING = 64                 # requests at once while a pack is opened
 CHUNK = 4 << 20              # bytes per request: a few requests per file, little memory, a short retry
 MAX_WAIT = 60.0              # seconds: the doubling wait stops growing here, so many attempts stay bounded
 JITTER = random.Random()     # its own: the waits draw nothing from a caller's seeded `random`
@@ -130,20 +132,28 @@ async def copy(fs, root: str, url: str, cache: str, partial: str, limit: int, re
     need = folder_bytes(partial) + sum(size for _, size, _ in files)     # the manifests, then the arrays
     make_room(cache, need, limit, url)
     base = url.rstrip("/")
-    await gather_all(fetch_header(fs, f"{root}/{name}", f"{base}/{name}", os.path.join(partial, name), size, retry)
-                     if exact and name in pixels else
-                     fetch_file(fs, f"{root}/{name}", f"{base}/{name}", os.path.join(partial, name), size, sha256,
-                                retry)
+    gate = asyncio.Semaphore(OPENING)       # a pack of many shards: not every file open at once
+    await gather_all(bounded(gate, fetch_header(fs, f"{root}/{name}", f"{base}/{name}", os.path.join(partial, name),
+                                                size, retry)
+                             if exact and name in pixels else
+                             fetch_file(fs, f"{root}/{name}", f"{base}/{name}", os.path.join(partial, name), size,
+                                        sha256, retry))
                      for name, size, sha256 in files)
     if exact:
-        with open(os.path.join(partial, PRESENT_MAP), "wb") as f:     # no sample yet
-            f.truncate(manifest["count"])
+        for name, size in ((PRESENT_MAP, 1), (CLAIMS_MAP, 4)):       # no sample yet, none claimed
+            with open(os.path.join(partial, name), "wb") as f:
+                f.truncate(manifest["count"] * size)
     try:
         os.rename(partial, local)   # onto an existing folder it fails: another process fetched it first
     except OSError:
         if not os.path.isdir(local):
             raise
     return local
+
+
+async def bounded(gate, coroutine):
+    async with gate:
+        return await coroutine
 
 
 async def gather_all(coroutines) -> list:
@@ -162,7 +172,10 @@ async def fetch_header(fs, remote: str, url: str, path: str, size: int, retry: R
     against the manifest when it opens the folder."""
     probe = min(size, 4096)
     try:
-        head = (await request_async(fs, remote, url, retry, 0, probe, least=probe))[:probe]
+        head = await request_async(fs, remote, url, retry, 0, probe, least=probe)
+        if len(head) > probe:       # the whole file: each sample's request would be too
+            raise PackError(f"{url}: answered {len(head)} bytes to a request for bytes 0-{probe - 1}; the server "
+                            f"must serve byte ranges (HTTP Range requests)")
         if head[:8] != b"\x93NUMPY\x01\x00" or len(head) < 10:
             raise PackError(f"{url}: does not start as a .npy version 1.0 file (received {head[:10]!r})")
         length = 10 + int.from_bytes(head[8:10], "little")
