@@ -213,6 +213,34 @@ def ours(url_or_path, workers=0, options=None, fetch=None):
     return read
 
 
+def ceiling(count, options, pack_folder):
+    """The store's own limit: every pixels.npy of the pack read through s3fs in ranges of
+    16 MiB, 4 at once (as fetch='background' asks), into nothing; no loader. Returns the
+    lines an epoch holds, so that its rate reads as images/s."""
+    import asyncio
+
+    import s3fs
+    from fsspec.asyn import sync
+    names = sorted(os.path.relpath(os.path.join(root, f), pack_folder)
+                   for root, _, files in os.walk(pack_folder) for f in files if f == "pixels.npy")
+
+    def read(cache):
+        fs = s3fs.S3FileSystem(skip_instance_cache=True, **options)
+        ranges = [(name, start, min(start + (16 << 20), os.path.getsize(os.path.join(pack_folder, name))))
+                  for name in names for start in range(0, os.path.getsize(os.path.join(pack_folder, name)), 16 << 20)]
+        gate = asyncio.Semaphore(4)
+
+        async def one(name, start, end):
+            async with gate:
+                await fs._cat_file(f"bench/pack/{name}", start=start, end=end)
+
+        async def every():
+            await asyncio.gather(*(one(*r) for r in ranges))
+        sync(fs.loop, every)
+        return count
+    return read
+
+
 def peer(iterate, remote, endpoint):
     def read(cache):
         return consume(batched(iterate(remote, cache, {"endpoint_url": endpoint, **KEYS}, 1, BATCH)))
@@ -312,6 +340,8 @@ def main(argv=None):
             for proxy, how in ((near, "S3 on 127.0.0.1"), (far, f"S3 {delay}")):
                 # botocore keeps 10 connections by default: as many requests at once, at most.
                 options = {"endpoint_url": proxy.endpoint, **KEYS, "config_kwargs": {"max_pool_connections": 64}}
+                runs.append(Run(f"ceiling: the pack's pixel files through s3fs, {how}, 16 MiB ranges 4 at once",
+                                ceiling(args.lines, options, os.path.join(folder, "pack")), proxy))
                 fetches = ("exact", "background") if proxy is far else ("background",)
                 if args.only_background:
                     fetches = ("background",) if proxy is far else ()
