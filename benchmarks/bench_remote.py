@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import os
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,18 +36,14 @@ import numpy as np
 import onemodel_cy as om
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "spec_tests"))
 from _timing import round_robin, summary  # noqa: E402
+from remote_packs import free_port, moto, nginx, running  # noqa: E402  (the tests' servers)
 
 BATCH, HEIGHT, MEAN, STD, MULTIPLE = 32, 32, 0.5, 0.25, 8
 HOLD = 2
 HERE = os.path.dirname(os.path.abspath(__file__))
 KEYS = {"key": "testing", "secret": "testing"}
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def lines(n, widths, seed=0):
@@ -81,67 +77,19 @@ def write_pack(samples, folder, shards, engine):
 
 
 class Proxy:
-    """delay_proxy.py before the S3 server: its endpoint and the bytes it carried so far."""
+    """delay_proxy.py before a server on ``target``, started in ``stack`` (an ExitStack): its
+    endpoint, and the bytes it carried so far."""
 
-    def __init__(self, target, delay_ms):
+    def __init__(self, stack, target, delay_ms):
         self.port, self.control = free_port(), free_port()
-        self.process = subprocess.Popen([sys.executable, os.path.join(HERE, "delay_proxy.py"), str(self.port),
-                                         str(target), str(delay_ms), str(self.control)])
-        wait_for(self.control, self.process)
+        stack.enter_context(running([sys.executable, os.path.join(HERE, "delay_proxy.py"), str(self.port),
+                                     str(target), str(delay_ms), str(self.control)], self.control, "delay_proxy"))
         self.endpoint = f"http://127.0.0.1:{self.port}"
 
     def totals(self):
         with socket.create_connection(("127.0.0.1", self.control)) as s:
             down, requests = s.makefile().readline().split()
         return int(down), int(requests)
-
-
-def wait_for(port, process):
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the process on port {port} did not start")
-            time.sleep(0.05)
-
-
-NGINX_CONF = """
-user root;
-worker_processes 1;
-daemon off;
-pid {run}/nginx.pid;
-error_log {run}/error.log;
-events {{ worker_connections 512; }}
-http {{
-    access_log off;
-    client_body_temp_path {run}/body;
-    proxy_temp_path {run}/proxy;
-    fastcgi_temp_path {run}/fastcgi;
-    uwsgi_temp_path {run}/uwsgi;
-    scgi_temp_path {run}/scgi;
-    keepalive_requests 100000;
-    server {{
-        listen 127.0.0.1:{port};
-        root {root};
-        location / {{ }}
-    }}
-}}
-"""
-
-
-def nginx(root, run):
-    """nginx serving ``root`` (the packs, with Range support) on a free port: (process, port)."""
-    port = free_port()
-    os.makedirs(run)
-    with open(os.path.join(run, "nginx.conf"), "w") as f:
-        f.write(NGINX_CONF.format(run=run, root=root, port=port))
-    process = subprocess.Popen([shutil.which("nginx") or "/usr/sbin/nginx", "-c", os.path.join(run, "nginx.conf"),
-                                "-p", run], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for(port, process)
-    return process, port
 
 
 def collate(batch):
@@ -323,18 +271,14 @@ def main(argv=None):
                 del samples
             except ImportError as error:
                 print(f"peers not installed ({error}): leaving them out", file=sys.stderr)
-        port = free_port()
-        server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        proxies, servers = [], [server]
-        try:
-            wait_for(port, server)
-            fs = s3fs.S3FileSystem(endpoint_url=f"http://127.0.0.1:{port}", skip_instance_cache=True, **KEYS)
+        with contextlib.ExitStack() as stack:
+            endpoint = stack.enter_context(moto())
+            port = int(endpoint.rsplit(":", 1)[1])
+            fs = s3fs.S3FileSystem(endpoint_url=endpoint, skip_instance_cache=True, **KEYS)
             fs.mkdir("bench")
             for name in ["pack"] + [prefix for _, _, prefix in peers]:
                 fs.put(os.path.join(folder, name), f"bench/{name}", recursive=True)
-            near, far = Proxy(port, 0), Proxy(port, args.delay_ms)
-            proxies = [near, far]
+            near, far = Proxy(stack, port, 0), Proxy(stack, port, args.delay_ms)
             delay = f"+{args.delay_ms:g} ms"
             runs = [Run("onemodel_cy, local pack (mmap)", ours(os.path.join(folder, "pack")))]
             for proxy, how in ((near, "S3 on 127.0.0.1"), (far, f"S3 {delay}")):
@@ -351,10 +295,8 @@ def main(argv=None):
                 for name, iterate, prefix in peers:
                     runs.append(Run(f"{name}, {how}", peer(iterate, f"s3://bench/{prefix}", proxy.endpoint), proxy))
             if args.http:
-                web, web_port = nginx(folder, os.path.join(folder, "nginx"))
-                servers.append(web)
-                proxy = Proxy(web_port, args.delay_ms)
-                proxies.append(proxy)
+                web_port = stack.enter_context(nginx(folder, os.path.join(folder, "nginx")))
+                proxy = Proxy(stack, web_port, args.delay_ms)
                 for workers, fetch in ((0, "exact"), (args.workers, "exact"), (0, "background")):
                     runs.append(Run(f"onemodel_cy, HTTP (nginx) {delay}, fetch={fetch!r}"
                                     + (f", {workers} process workers" if workers else ""),
@@ -365,10 +307,6 @@ def main(argv=None):
             if args.equal:
                 options = {"endpoint_url": far.endpoint, **KEYS, "config_kwargs": {"max_pool_connections": 64}}
                 check_equal(os.path.join(folder, "pack"), options, os.path.join(folder, "kept"))
-        finally:
-            for process in [proxy.process for proxy in proxies] + servers:
-                process.terminate()
-                process.wait(10)
     print(f"\n{args.lines} lines (height {HEIGHT}, widths {args.widths[0]}-{args.widths[1] - 1}, gray), "
           f"batch {BATCH}, one shuffled epoch per repetition from a cold cache, {args.repeats} interleaved "
           f"repetitions, {os.cpu_count()} CPUs (shared)\n")

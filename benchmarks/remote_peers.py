@@ -47,11 +47,8 @@ import functools
 import gc
 import os
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
-import time
 import types
 from collections import Counter
 
@@ -219,36 +216,14 @@ def _litdata_allow_http(allow):
 
 # ------------------------------------------------------------------------------------------ self-check
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def moto_server():
-    """A moto S3 server on a free local port for the block; yields its ``storage_options``."""
-    port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"moto server did not start on port {port}") from None
-                time.sleep(0.1)
-        yield {"endpoint_url": f"http://127.0.0.1:{port}", "key": "testing", "secret": "testing"}
-    finally:
-        server.terminate()
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+    """A moto S3 server on a free local port for the block (the tests' own, ``spec_tests/remote_packs.py``);
+    yields its ``storage_options``."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "spec_tests"))
+    from remote_packs import moto
+    with moto() as endpoint:
+        yield {"endpoint_url": endpoint, "key": "testing", "secret": "testing"}
 
 
 def random_lines(count, seed=0):

@@ -1,11 +1,15 @@
 """What the remote-pack tests share (test_packs_remote*.py): the packs they serve, their
-comparisons, and starting a server process on 127.0.0.1 and ending it."""
+comparisons, and starting a server process on 127.0.0.1 (nginx, moto's S3 server) and
+ending it. ``benchmarks/bench_remote.py`` and ``benchmarks/remote_peers.py`` start their
+servers with these too."""
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -52,6 +56,52 @@ def running(command, port, what):
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(timeout=10)
+
+
+NGINX_CONF = """
+user root;
+worker_processes 1;
+daemon off;
+pid {run}/nginx.pid;
+error_log {run}/error.log;
+events {{ worker_connections 512; }}
+http {{
+    access_log off;
+    keepalive_requests 100000;
+    client_body_temp_path {run}/body;
+    proxy_temp_path {run}/proxy;
+    fastcgi_temp_path {run}/fastcgi;
+    uwsgi_temp_path {run}/uwsgi;
+    scgi_temp_path {run}/scgi;
+    server {{
+        listen 127.0.0.1:{port};
+        root {root};
+        location / {{ }}
+    }}
+}}
+"""
+
+
+@contextlib.contextmanager
+def nginx(root, run):
+    """Debian's nginx serving the folder ``root`` (byte ranges included) on a free loopback
+    port, its files in the folder ``run``; yields the port."""
+    binary = shutil.which("nginx") or "/usr/sbin/nginx"
+    assert os.path.exists(binary), "nginx is not installed: apt-get install nginx-light (.ci/run installs it)"
+    port = free_port()
+    os.makedirs(run, exist_ok=True)
+    with open(os.path.join(run, "nginx.conf"), "w") as f:
+        f.write(NGINX_CONF.format(run=run, root=root, port=port))
+    with running([binary, "-c", os.path.join(run, "nginx.conf"), "-p", str(run)], port, "nginx"):
+        yield port
+
+
+@contextlib.contextmanager
+def moto():
+    """moto's S3 server on a free loopback port; yields its endpoint URL."""
+    port = free_port()
+    with running([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], port, "moto_server"):
+        yield f"http://127.0.0.1:{port}"
 
 
 def items(seed, n=24):

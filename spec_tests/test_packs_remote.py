@@ -23,47 +23,20 @@ import time
 import fsspec  # noqa: F401  (the remote extra: CI leaves this file out where it is not installed)
 import pytest
 
-import onemodel_cy as om
-from onemodel_cy.data.packfmt import PackError
 import numpy as np
 
+import onemodel_cy as om
+from onemodel_cy.data.packfmt import PackError
 from harness import batch_bits
-from remote_packs import CONSTANTS, free_port, items, running, same, stream, write_packs
+from remote_packs import CONSTANTS, free_port, items, nginx, running, same, stream, write_packs
 
 pytestmark = pytest.mark.usefixtures("without_fsync")     # conftest.py
-
-NGINX_CONF = """
-user root;
-worker_processes 1;
-daemon off;
-pid {run}/nginx.pid;
-error_log {run}/error.log;
-events {{ worker_connections 64; }}
-http {{
-    access_log {run}/access.log;
-    client_body_temp_path {run}/body;
-    proxy_temp_path {run}/proxy;
-    fastcgi_temp_path {run}/fastcgi;
-    uwsgi_temp_path {run}/uwsgi;
-    scgi_temp_path {run}/scgi;
-    server {{
-        listen 127.0.0.1:{port};
-        root {root};
-        location / {{ }}
-    }}
-}}
-"""
-
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """``(root folder served, base URL)``: nginx serving ``root`` on a free loopback port."""
-    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-    assert os.path.exists(nginx), "nginx is not installed: apt-get install nginx-light (.ci/run installs it)"
     run, root = tmp_path_factory.mktemp("nginx"), tmp_path_factory.mktemp("served")
-    port = free_port()
-    (run / "nginx.conf").write_text(NGINX_CONF.format(run=run, root=root, port=port))
-    with running([nginx, "-c", str(run / "nginx.conf"), "-p", str(run)], port, "nginx"):
+    with nginx(root, str(run)) as port:
         yield root, f"http://127.0.0.1:{port}"
 
 

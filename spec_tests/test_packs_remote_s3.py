@@ -11,13 +11,12 @@ the ``remote`` extra's s3fs; the runs of other Pythons leave this file out.
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
 import s3fs  # the remote extra (CI leaves this file out where it is not installed)
 
 import onemodel_cy as om
-from remote_packs import CONSTANTS, free_port, running, same, stream, write_packs
+from remote_packs import CONSTANTS, moto, same, stream, write_packs
 
 pytestmark = pytest.mark.usefixtures("without_fsync")     # conftest.py
 
@@ -28,9 +27,8 @@ def bucket(tmp_path_factory):
     moto server on a free loopback port; the options reach it."""
     root = tmp_path_factory.mktemp("packs")
     write_packs(root)
-    port = free_port()
-    with running([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], port, "moto_server"):
-        options = {"endpoint_url": f"http://127.0.0.1:{port}", "key": "testing", "secret": "testing"}
+    with moto() as endpoint:
+        options = {"endpoint_url": endpoint, "key": "testing", "secret": "testing"}
         fs = s3fs.S3FileSystem(skip_instance_cache=True, **options)
         fs.mkdir("packs")
         for name in CONSTANTS:
