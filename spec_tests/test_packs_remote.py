@@ -351,7 +351,8 @@ def test_the_background_fetch_passes_over_a_bad_sample(packs, tmp_path):
 
 def test_a_step_with_a_transform_fetches_its_samples_together(packs, tmp_path):
     """Part 3: the route that calls get_sample (a transform) fetches a step's missing
-    samples in one go, as the packed route does, not one request per sample."""
+    samples in one go, as the packed route does, not one request per sample; a failure
+    to fetch them is named at its step there too."""
     root, url = packs
     remote = om.PackedImageDataset(f"{url}/gray", 0.5, 0.25, cache=str(tmp_path))
     loader = om.DataLoader(remote, om.SequentialSampler(len(remote), 16), om.ImageBatchCollator(), seed=0,
@@ -359,3 +360,12 @@ def test_a_step_with_a_transform_fetches_its_samples_together(packs, tmp_path):
     batch = loader.batch_at(0)
     assert remote.remote.requests == 1 and (remote.remote.present[:16] == 1).all()
     assert np.asarray(batch.indices).tolist() == list(range(16))
+    shutil.rmtree(root / "moved", ignore_errors=True)
+    shutil.copytree(root / "gray", root / "moved")
+    moved = om.PackedImageDataset(f"{url}/moved", 0.5, 0.25, cache=str(tmp_path / "moved"))
+    os.remove(root / "moved" / "pixels.npy")
+    loader = om.DataLoader(moved, om.SequentialSampler(len(moved), 16), om.ImageBatchCollator(), seed=0,
+                           transform=lambda sample, rng: sample)
+    with pytest.raises(PackError, match=r"/moved/pixels\.npy: missing") as caught:
+        loader.batch_at(1)
+    assert any("while building global step 1" in note for note in caught.value.__notes__)

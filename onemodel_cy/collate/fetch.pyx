@@ -93,7 +93,11 @@ def build_batch(ImageBatchCollator collator not None, dataset, cnp.ndarray indic
                 raise
         else:
             if isinstance(dataset, PackedSource):   # a remote pack: the batch's samples in few requests
-                (<PackedSource>dataset).ensure_samples(indices, lo, hi)
+                try:
+                    (<PackedSource>dataset).ensure_samples(indices, lo, hi)
+                except Exception as error:
+                    add_note(error, f"onemodel_cy: while building {step_name(global_step, epoch_value, step_value)}")
+                    raise
             read_samples(ws, dataset, indices, lo, hi, transform, seed64, epoch64, step64, global_step,
                          epoch_value, step_value, shape, &baton)
         return collator.assemble(ws, hi - lo, shape[0], shape[1], seed64, epoch64, step64, epoch_value,
