@@ -83,21 +83,17 @@ def build_batch(ImageBatchCollator collator not None, dataset, cnp.ndarray indic
     cdef Py_ssize_t shape[2]
     cdef Py_ssize_t read
     try:
-        if packed:
-            try:
+        try:
+            # A remote pack: the batch's missing samples fetched together, on either route.
+            if isinstance(dataset, PackedSource):
                 (<PackedSource>dataset).ensure_samples(indices, lo, hi)
+            if packed:
                 read = gather_packed(ws, &view, <const i64*>cnp.PyArray_DATA(indices), lo, hi, shape)
                 (<PackedSource>dataset).pixels_read(read)
-            except Exception as error:
-                add_note(error, f"onemodel_cy: while building {step_name(global_step, epoch_value, step_value)}")
-                raise
-        else:
-            if isinstance(dataset, PackedSource):   # a remote pack: the batch's samples in few requests
-                try:
-                    (<PackedSource>dataset).ensure_samples(indices, lo, hi)
-                except Exception as error:
-                    add_note(error, f"onemodel_cy: while building {step_name(global_step, epoch_value, step_value)}")
-                    raise
+        except Exception as error:
+            add_note(error, f"onemodel_cy: while building {step_name(global_step, epoch_value, step_value)}")
+            raise
+        if not packed:
             read_samples(ws, dataset, indices, lo, hi, transform, seed64, epoch64, step64, global_step,
                          epoch_value, step_value, shape, &baton)
         return collator.assemble(ws, hi - lo, shape[0], shape[1], seed64, epoch64, step64, epoch_value,
