@@ -2,8 +2,9 @@
 
 Run from a source checkout with the package importable and Pillow and torch installed:
 
-    python benchmarks/bench_workers.py                 # both tables, 5 interleaved repeats
+    python benchmarks/bench_workers.py                 # the three tables, 5 interleaved repeats
     python benchmarks/bench_workers.py --repeats 3     # shorter
+    python benchmarks/bench_workers.py --only fast     # the §7 table alone
 
 The Python-heavy dataset is what a new user writes: the images are stored as PNG files
 (in memory, as bytes) and ``get_sample`` decodes each with Pillow and normalises it in
@@ -251,24 +252,33 @@ def print_table(rows, ratio_label):
         print(f"| {name} | {label} | {median:.1f} | {low:.1f}-{high:.1f} | {ratio:.2f} |")
 
 
+TABLES = ("python", "waiting", "fast")     # the Python-heavy sets, the waiting set, §7
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--epochs", type=int, default=4,
                         help="epochs per timed slice of the Python-heavy sets (default 4)")
+    parser.add_argument("--only", nargs="+", choices=TABLES, default=TABLES,
+                        help="the tables to run (default all): " + ", ".join(TABLES))
     args = parser.parse_args()
     print(f"# bench_workers: Python {platform.python_version()}, {os.cpu_count()} CPUs, "
           f"{args.repeats} interleaved repeats\n")
-    rows = python_heavy(args.repeats, args.epochs)
-    print_table(rows, "× threads, 0 workers")
-    medians = {(name, label): median for name, label, median, *_ in rows}
-    print()
-    for name in SETS:
-        print(against_ceiling(f"{name}, processes", medians[(name, "processes, 2 workers")],
-                              medians[(name, "threads, 0 workers")], medians[(name, CEILING)]))
-    print()
-    print_table(waiting(args.repeats), "× threads, 0 workers")
-    print()
+    if "python" in args.only:
+        rows = python_heavy(args.repeats, args.epochs)
+        print_table(rows, "× threads, 0 workers")
+        medians = {(name, label): median for name, label, median, *_ in rows}
+        print()
+        for name in SETS:
+            print(against_ceiling(f"{name}, processes", medians[(name, "processes, 2 workers")],
+                                  medians[(name, "threads, 0 workers")], medians[(name, CEILING)]))
+        print()
+    if "waiting" in args.only:
+        print_table(waiting(args.repeats), "× threads, 0 workers")
+        print()
+    if "fast" not in args.only:
+        return
     rows = fast_path(args.repeats)
     print_table(rows, "× 0 workers")
     medians = {label: median for _, label, median, *_ in rows}

@@ -17,8 +17,9 @@ before ratio of the medians, and the min-max of the per-repetition (paired) rati
 Configurations (``--configs`` takes names, comma- or space-separated, or shell-style
 patterns such as ``'packed*'``; the default is all of them):
 
-* ``fast-0``, ``fast-2``: the §7 workload on the fast path (``SyntheticLineImages``,
-  ``GainOffset``; 2,048 lines, batch 128, prefetch 8), 0 and 2 worker threads;
+* ``fast-0``, ``fast-2``, ``fast-proc2``: the §7 workload on the fast path
+  (``SyntheticLineImages``, ``GainOffset``; 2,048 lines, batch 128, prefetch 8), 0 and 2
+  worker threads, and 2 worker processes;
 * ``generic-0``, ``generic-2``: the same images through a Python dataset and a Python
   augmentation;
 * ``packed32-0``, ``packed32-2``, ``packed128-0``, ``packed128-2``: the packed real-data
@@ -96,12 +97,12 @@ def gain(image, rng):
     image *= np.float32(1 + 0.2 * (2 * a - 1)); image += np.float32(0.1 * (2 * b - 1))
 
 
-def section7(path, workers, steps):
+def section7(path, workers, steps, mode="thread"):
     ds = om.SyntheticLineImages(2048, height=32, min_width=64, max_width=256, seed=0)
     dataset, aug = (ds, om.GainOffset()) if path == "fast" else (Plain(ds), gain)
     loader = om.DataLoader(dataset, om.ShuffledSampler(2048, 128, seed=0),
                            om.ImageBatchCollator(width_multiple=4, augmentation=aug),
-                           seed=0, workers=workers, prefetch=8)
+                           seed=0, workers=workers, prefetch=8, worker_mode=mode)
     return warm_then_timed(loader, 64, steps)
 
 
@@ -222,6 +223,7 @@ def main(argv):
 CONFIGS = {
     "fast-0": ("section7", ["fast", 0, 3000]),
     "fast-2": ("section7", ["fast", 2, 3000]),
+    "fast-proc2": ("section7", ["fast", 2, 3000, "process"]),
     "generic-0": ("section7", ["generic", 0, 1200]),
     "generic-2": ("section7", ["generic", 2, 1200]),
     "packed32-0": ("packed", [32, 0, 20000]),

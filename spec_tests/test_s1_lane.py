@@ -258,16 +258,65 @@ def test_a_pending_error_waits_for_its_step_across_streams():
     assert_no_workers()
 
 
+def wait_for_state(stream, g, state, seconds=10.0):
+    """Wait until the lane's slot of step g is in ``state`` (a fill of milliseconds is seen)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if (g, state) in stream._engine.ring()[0]:
+            return
+    raise AssertionError(f"step {g} never was {state!r}: {stream._engine.ring()}")
+
+
+class NarrowFirst(om.Sampler):
+    """Step 0 takes the 8 narrowest images, every other step the 8 widest."""
+    batch_size = 8
+    steps_per_epoch = 4
+
+    def __init__(self, dataset):
+        widths = [dataset.get_sample(i).image.shape[2] for i in range(len(dataset))]
+        self.order = np.argsort(widths, kind="stable")
+
+    def indices(self, epoch, step):
+        return np.array(self.order[:8] if step == 0 else self.order[-8:], dtype=np.int64)
+
+
 def test_lane_timeout():
-    """§1 (DataLoader timeout): a step not filled within ``timeout`` seconds raises
-    TimeoutError naming the step."""
-    ds = om.SyntheticLineImages(64, 32, 1500, 2000, 3, 2)      # fills of milliseconds
-    # prefetch 1: step 1 is posted only when the consumer asks for it
-    loader = loader_of(ds, "sequential", 64, 1, 1, "noise", 8, timeout=1e-5, persistent_workers=False)
+    """§1 (DataLoader timeout): a step a worker is filling, not done within ``timeout``
+    seconds, raises TimeoutError naming the step."""
+    ds = om.SyntheticLineImages(64, 64, 1, 6000, 3, 2)
+    # Step 0 is built at once by the consumer; step 1 takes a worker milliseconds.
+    loader = om.DataLoader(ds, NarrowFirst(ds), om.ImageBatchCollator(8, -1.0, om.GaussianNoise(0.1)), seed=12,
+                           workers=1, prefetch=2, timeout=1e-5, persistent_workers=False)
     with loader.iter(0, 4) as stream:
         next(stream)                # built by the consumer while the worker starts
+        wait_for_state(stream, 1, "building")
         with pytest.raises(TimeoutError, match="no batch for step 1 after 1e-05 s"):
             next(stream)
+    assert_no_workers()
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs sched_setaffinity (Linux)")
+@pytest.mark.parametrize("workers", [1, 2])
+def test_on_one_core_the_consumer_fills_the_steps_no_worker_took(workers):
+    """§1 (the bytes do not depend on who builds a step): with every thread on one core,
+    a worker rarely runs before the consumer comes for a posted step, and the consumer
+    fills such a step itself instead of waiting for a worker to get the core. The stream
+    is still the 0-worker stream, step for step."""
+    ds = om.SyntheticLineImages(100, 8, 20, 120, 1, 5)
+    reference = loader_of(ds, "shuffled", 6, 0, 3, "gain_offset", 8)
+    cores = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cores)})       # this thread, and the workers it starts
+    try:
+        loader = loader_of(ds, "shuffled", 6, workers, 3, "gain_offset", 8)
+        with loader.iter(0, 80) as stream:
+            engine = stream._engine
+            assert isinstance(engine, LaneEngine)
+            for g, batch in enumerate(stream):
+                assert stream_bits(batch) == stream_bits(reference.batch_at(g)), f"step {g}"
+        loader.close()
+    finally:
+        os.sched_setaffinity(0, cores)
+    assert engine.consumer_fills > 0, "the consumer waited for every step on one core"
     assert_no_workers()
 
 

@@ -87,6 +87,39 @@ def test_the_ring_grows_when_a_larger_batch_comes():
     assert_stream_is_batch_at(batches, loader, range(20), "growing batches")
 
 
+@pytest.mark.parametrize("route", ["float32 plain", "float32 GainOffset", "gray8 pack"])
+def test_batches_streamed_into_shared_memory_are_the_private_route_s(route, tmp_path):
+    """§4 through the ring's memory: a worker streams a batch into a shared segment, which
+    may lie on 4 KiB pages (the collator then asks for the next image's pages ahead,
+    ``Block.small_pages``), with the same bits as the batch the private pool gets; with
+    the threshold at 0 every batch streams."""
+    from onemodel_cy.collate.collator import streamed_bytes
+    from onemodel_cy.workers.shmring import ShmPool
+    if route == "gray8 pack":
+        rng = np.random.default_rng(3)
+        om.pack([(rng.integers(0, 256, (7, int(rng.integers(1, 90))), dtype=np.uint8), [1], i) for i in range(40)],
+                str(tmp_path / "pack"), progress=False)
+        ds, aug = om.PackedImageDataset(str(tmp_path / "pack"), 0.5, 0.25), None
+    else:
+        ds = om.SyntheticLineImages(40, 7, 1, 90, seed=6)
+        aug = om.GainOffset() if route == "float32 GainOffset" else None
+    loader = om.DataLoader(ds, om.ShuffledSampler(len(ds), 6, 1), om.ImageBatchCollator(8, -1.0, aug), seed=5)
+    pool = ShmPool()
+    shared = loader._pipeline.with_pool(pool)
+    workspace = shared.workspace()
+    segments = [Segment.create(1 << 20) for _ in range(3)]
+    previous = streamed_bytes(0)
+    try:
+        for g in range(12):
+            pool.aim(segments[g % 3])
+            batch = shared.build(g, workspace)
+            assert pool.last_shared
+            assert_same(batch, loader.batch_at(g), f"{route}, step {g}")
+            del batch
+    finally:
+        streamed_bytes(previous)
+
+
 def test_zero_copy_into_torch():
     """§5 through processes: torch.from_numpy of a batch's images shares the ring's memory."""
     import torch    # a test dependency (the torch extra), as in test_api_torch.py
@@ -395,11 +428,14 @@ def test_timeout_and_kept_workers_between_passes():
 
 
 _CHILD = textwrap.dedent("""
-    import json, multiprocessing, os, sys, time
+    import json, multiprocessing, os, signal, sys, time
     import onemodel_cy as om
     from multiprocessing import forkserver
 
     if __name__ == "__main__":
+        # Ctrl-C raises KeyboardInterrupt, as in a terminal, even when this test runs as a
+        # background job (which starts with SIGINT ignored, and Python keeps that).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         ds = om.SyntheticLineImages(64, 3, 1, 9, seed=4)
         loader = om.DataLoader(ds, om.ShuffledSampler(64, 4, 2), om.ImageBatchCollator(), seed=1,
                                workers=2, prefetch=3, worker_mode="process")

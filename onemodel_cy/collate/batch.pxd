@@ -8,6 +8,7 @@ cdef struct BatchLayout:
     Py_ssize_t column_bytes     # each int32 [n] column, rounded up likewise
     Py_ssize_t targets_at       # widths, target_lengths, labels, indices, then the targets
     Py_ssize_t nbytes           # the whole block
+    bint small_pages            # the block lies on 4 KiB pages (set by the collator's plan)
 
 cdef int plan_layout(BatchLayout* layout, Py_ssize_t n, Py_ssize_t channels, Py_ssize_t height,
                      Py_ssize_t padded, Py_ssize_t total_targets) except -1

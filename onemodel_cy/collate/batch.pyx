@@ -31,6 +31,7 @@ cdef int plan_layout(BatchLayout* layout, Py_ssize_t n, Py_ssize_t channels, Py_
     layout.height = height
     layout.padded = padded
     layout.total_targets = total_targets
+    layout.small_pages = False
     layout.image_bytes = aligned_size(checked_mul(floats, sizeof(float), what), what)
     layout.column_bytes = aligned_size(checked_mul(n, sizeof(i32), what), what)
     layout.targets_at = checked_add(layout.image_bytes, checked_mul(4, layout.column_bytes, what), what)

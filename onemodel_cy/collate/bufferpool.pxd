@@ -34,3 +34,4 @@ cdef class Block:
     cdef RawBlock* raw
     cdef char* data            # 64-byte aligned start of usable memory
     cdef readonly size_t nbytes
+    cdef bint small_pages       # lies on 4 KiB pages (collator.copy_images asks for them ahead)

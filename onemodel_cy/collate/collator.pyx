@@ -27,7 +27,7 @@ from onemodel_cy.collate.batch cimport BatchLayout, ImageBatch, plan_layout, bat
 from onemodel_cy.data.datasets cimport Sample, PIXELS_FLOAT32, PIXELS_GRAY8
 from onemodel_cy.collate.pacing cimport Pacing
 from onemodel_cy.collate.profile cimport StageClock, clock_ns
-from onemodel_cy.data.row cimport convert_image, convert_gray, simd_level, stream_fence, prefetch
+from onemodel_cy.data.row cimport convert_image, convert_gray, simd_level, stream_fence, prefetch, prefetch_pages
 
 cnp.import_array()
 
@@ -245,6 +245,11 @@ cdef inline void copy_images(const SlotJob* jobs, Py_ssize_t n, float* images, c
             prefetch(jobs[j + 1].bytes, min(rows * jobs[j + 1].width, PREFETCH_BYTES))
         elif j + 1 < n:
             prefetch(jobs[j + 1].pixels, min(rows * jobs[j + 1].width * <Py_ssize_t>sizeof(float), PREFETCH_BYTES))
+        # and, when the batch is streamed into 4 KiB pages, the pages the next image is
+        # written to (row.h om_prefetch_pages: their address translations, while this
+        # image is written; on huge pages the hint only costs).
+        if j + 1 < n and layout.small_pages and (streamed or streamed32):
+            prefetch_pages(dst + slot_floats, slot_floats * sizeof(float))
         if jobs[j].kind != PIXELS_FLOAT32:
             # §6 fused with the padding, then the kernel edits the converted image in place
             # while it is still in cache (same float32 operations as on a Sample's image).
@@ -475,7 +480,9 @@ cdef class ImageBatchCollator:
                              f"must fit int32 (§4 columns)")
         plan_layout(layout, n, channels, height, padded, total_targets)
         total_width[0] = total_width_sum
-        return self.pool.rent(layout.nbytes)
+        cdef Block block = self.pool.rent(layout.nbytes)
+        layout.small_pages = block.small_pages
+        return block
 
     cdef augment_staged(self, Workspace ws, Py_ssize_t n, Py_ssize_t channels, Py_ssize_t height,
                         Py_ssize_t total_width, u64 seed, u64 epoch, u64 step, Py_ssize_t first_slot,

@@ -12,3 +12,4 @@ cdef extern from "row.h":
     int simd_level "om_simd_level"() noexcept nogil
     void stream_fence "om_stream_fence"() noexcept nogil
     void prefetch "om_prefetch"(const void* p, size_t nbytes) noexcept nogil
+    void prefetch_pages "om_prefetch_pages"(void* p, size_t nbytes) noexcept nogil

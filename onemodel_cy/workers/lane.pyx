@@ -12,7 +12,9 @@ it takes next, under the GIL: the sampler's indices, the slot table (the fetch s
 (``ImageBatchCollator.plan``). It posts the step to its ring slot, ``g % prefetch``. A
 worker takes the posted slot of the lowest step, writes the batch's columns and images
 into the block (``fill_batch``: the same code, with the same arguments, as the 0-worker
-route) and marks the slot done; the consumer hands the batch out once it is done. So
+route) and marks the slot done; the consumer hands the batch out once it is done. A
+consumer that comes for a step no worker has taken yet fills it itself, the same way
+(``wait_done``): with more threads than cores, a worker may have no core just then. So
 the bytes are the 0-worker route's, whatever the timing. Both halves are the
 pipeline's (``Pipeline.prepare`` and ``fill``, ``collate/pipeline.pyx``).
 
@@ -101,6 +103,7 @@ cdef class _Lane:
     cdef int closed             # set once: workers end (read while spinning)
     cdef int alive              # workers running their loop
     cdef int sleeping_workers, consumer_sleeping
+    cdef Py_ssize_t consumer_fills     # steps the consumer filled itself (wait_done)
     cdef bint ready             # mutex and conditions initialised
 
     def __cinit__(self, Py_ssize_t count):
@@ -135,22 +138,13 @@ cdef class _Lane:
 
     cdef void work(self) noexcept nogil:
         cdef Py_ssize_t k
-        cdef LaneSlot* slot
         pthread_mutex_lock(&self.mutex)
         while True:
             if atomic_load(&self.closed):
                 break
             k = self.lowest_posted()
             if k >= 0:
-                slot = &self.slots[k]
-                atomic_store(&slot.state, BUILDING)
-                atomic_store(&self.posted, self.posted - 1)
-                pthread_mutex_unlock(&self.mutex)
-                fill(&slot.prepared)
-                pthread_mutex_lock(&self.mutex)
-                atomic_store(&slot.state, DONE)
-                if self.consumer_sleeping:
-                    pthread_cond_broadcast(&self.done_cond)
+                self.build(k)
                 continue
             pthread_mutex_unlock(&self.mutex)
             self.spin_for_post()
@@ -162,6 +156,18 @@ cdef class _Lane:
         self.alive -= 1
         pthread_cond_broadcast(&self.done_cond)       # a consumer waiting on no worker sees the end
         pthread_mutex_unlock(&self.mutex)
+
+    cdef void build(self, Py_ssize_t k) noexcept nogil:
+        """(Under the mutex, which it lets go while filling; slot k posted.) Fill slot k."""
+        cdef LaneSlot* slot = &self.slots[k]
+        atomic_store(&slot.state, BUILDING)
+        atomic_store(&self.posted, self.posted - 1)
+        pthread_mutex_unlock(&self.mutex)
+        fill(&slot.prepared)
+        pthread_mutex_lock(&self.mutex)
+        atomic_store(&slot.state, DONE)
+        if self.consumer_sleeping:
+            pthread_cond_broadcast(&self.done_cond)
 
     cdef Py_ssize_t lowest_posted(self) noexcept nogil:
         """(Under the mutex.) The posted slot of the lowest step, or -1."""
@@ -193,10 +199,20 @@ cdef class _Lane:
         pthread_mutex_unlock(&self.mutex)
 
     cdef int wait_done(self, Py_ssize_t k, long long deadline_ns) noexcept nogil:
-        """Wait for slot k: 1 done, 0 the deadline passed, -1 no worker is left, -2 closed."""
+        """Wait for slot k: 1 done, 0 the deadline passed, -1 no worker is left, -2 closed.
+        While a worker lives, a slot none has taken yet is filled here, by the consumer:
+        on two cores the consumer and two workers are three threads, and a worker without
+        a core (or still waking up) would leave the consumer waiting on a step nobody
+        builds. (With no worker left the stream reports that instead.)"""
         cdef long long start = clock_ns()
         cdef int _i, answer
         cdef LaneSlot* slot = &self.slots[k]
+        if atomic_load(&slot.state) == POSTED:
+            pthread_mutex_lock(&self.mutex)
+            if slot.state == POSTED and not self.closed and self.alive > 0:
+                self.consumer_fills += 1
+                self.build(k)
+            pthread_mutex_unlock(&self.mutex)
         while atomic_load(&slot.state) != DONE and clock_ns() - start < SPIN_NS_C:
             if atomic_load(&self.closed):
                 break
@@ -444,6 +460,12 @@ cdef class LaneEngine:
         with nogil:
             answer = self.lane.idle()
         return answer
+
+    @property
+    def consumer_fills(self):
+        """(For tests and benchmarks.) How many steps the consumer filled itself because no
+        worker had taken them yet when it came for them."""
+        return self.lane.consumer_fills
 
     def ring(self):
         """(For tests.) The step in each slot and its state ("empty", "posted", "building",

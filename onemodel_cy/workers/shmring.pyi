@@ -7,6 +7,9 @@ from onemodel_cy.collate.bufferpool import BufferPool
 PAGE: int
 HUGE: int
 
+# Whether the kernel gives shared memory transparent huge pages where asked (shmem_enabled).
+def shared_huge_pages() -> bool: ...
+
 # The capacity of a new segment for nbytes: whole pages (whole 2 MiB pages from 2 MiB on).
 def segment_size(nbytes: SupportsIndex) -> int: ...
 # A descriptor of nbytes of anonymous shared memory (memfd), named nowhere.

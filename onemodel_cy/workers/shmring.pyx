@@ -51,6 +51,22 @@ PAGE = 4096
 HUGE = 2 << 20
 
 
+def shared_huge_pages():
+    """Whether the kernel gives shared memory transparent huge pages where asked (Linux's
+    ``shmem_enabled``; segments ask with ``madvise``). Many systems say "never": a
+    segment then lies on 4 KiB pages, and the collator asks for its pages ahead
+    (``Block.small_pages``)."""
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/shmem_enabled", encoding="ascii") as f:
+            setting = f.read()
+    except (OSError, ValueError):
+        return False
+    return setting[setting.find("[") + 1:setting.find("]")] in ("always", "within_size", "advise", "force")
+
+
+cdef bint SHARED_HUGE_PAGES = shared_huge_pages()
+
+
 def segment_size(nbytes):
     """The capacity a new segment gets for ``nbytes``: whole pages, whole 2 MiB huge pages
     from 2 MiB on (what the pool's own large blocks are aligned to)."""
@@ -294,6 +310,7 @@ cdef class ShmPool(BufferPool):
         block.nbytes = nbytes
         block.data = segment.addr
         block.raw = &self.shared_header
+        block.small_pages = not SHARED_HUGE_PAGES
         self.last_shared = True
         return block
 
