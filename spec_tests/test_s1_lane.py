@@ -284,9 +284,10 @@ def test_lane_timeout():
     """§1 (DataLoader timeout): a step a worker is filling, not done within ``timeout``
     seconds, raises TimeoutError naming the step."""
     ds = om.SyntheticLineImages(64, 64, 1, 6000, 3, 2)
-    # Step 0 is built at once by the consumer; step 1 takes a worker milliseconds.
+    # Step 0 is built at once by the consumer; step 1 takes a worker milliseconds. With
+    # prefetch 1 no other step is posted that the consumer could fill while it waits.
     loader = om.DataLoader(ds, NarrowFirst(ds), om.ImageBatchCollator(8, -1.0, om.GaussianNoise(0.1)), seed=12,
-                           workers=1, prefetch=2, timeout=1e-5, persistent_workers=False)
+                           workers=1, prefetch=1, timeout=1e-5, persistent_workers=False)
     with loader.iter(0, 4) as stream:
         next(stream)                # built by the consumer while the worker starts
         wait_for_state(stream, 1, "building")

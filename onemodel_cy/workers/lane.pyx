@@ -13,9 +13,9 @@ it takes next, under the GIL: the sampler's indices, the slot table (the fetch s
 worker takes the posted slot of the lowest step, writes the batch's columns and images
 into the block (``fill_batch``: the same code, with the same arguments, as the 0-worker
 route) and marks the slot done; the consumer hands the batch out once it is done. A
-consumer that comes for a step no worker has taken yet fills it itself, the same way
-(``wait_done``): with more threads than cores, a worker may have no core just then. So
-the bytes are the 0-worker route's, whatever the timing. Both halves are the
+consumer whose step is not done yet fills posted slots itself, the same way, instead of
+waiting: its own step when no worker has taken it, else the lowest posted one
+(``wait_done``). So the bytes are the 0-worker route's, whatever the timing. Both halves are the
 pipeline's (``Pipeline.prepare`` and ``fill``, ``collate/pipeline.pyx``).
 
 Errors: a step whose preparation raises is built again by the pipeline's ``build`` on
@@ -200,18 +200,24 @@ cdef class _Lane:
 
     cdef int wait_done(self, Py_ssize_t k, long long deadline_ns) noexcept nogil:
         """Wait for slot k: 1 done, 0 the deadline passed, -1 no worker is left, -2 closed.
-        While a worker lives, a slot none has taken yet is filled here, by the consumer:
-        on two cores the consumer and two workers are three threads, and a worker without
-        a core (or still waking up) would leave the consumer waiting on a step nobody
-        builds. (With no worker left the stream reports that instead.)"""
+        While a worker lives, the consumer fills posted slots itself before it waits: slot
+        k when no worker has taken it, else the lowest posted one, until k is done or none
+        is left posted. On two cores the consumer and two workers are three threads: a
+        worker without a core (or still waking up) would leave the consumer waiting on a
+        step nobody builds, and a consumer spinning for a step a worker builds takes a core
+        the other worker could fill with. (With no worker left the stream reports that.)"""
         cdef long long start = clock_ns()
         cdef int _i, answer
         cdef LaneSlot* slot = &self.slots[k]
-        if atomic_load(&slot.state) == POSTED:
+        cdef Py_ssize_t other
+        if atomic_load(&slot.state) != DONE:
             pthread_mutex_lock(&self.mutex)
-            if slot.state == POSTED and not self.closed and self.alive > 0:
+            while slot.state != DONE and not self.closed and self.alive > 0:
+                other = k if slot.state == POSTED else self.lowest_posted()
+                if other < 0:
+                    break
                 self.consumer_fills += 1
-                self.build(k)
+                self.build(other)
             pthread_mutex_unlock(&self.mutex)
         while atomic_load(&slot.state) != DONE and clock_ns() - start < SPIN_NS_C:
             if atomic_load(&self.closed):
@@ -463,8 +469,8 @@ cdef class LaneEngine:
 
     @property
     def consumer_fills(self):
-        """(For tests and benchmarks.) How many steps the consumer filled itself because no
-        worker had taken them yet when it came for them."""
+        """(For tests and benchmarks.) How many steps the consumer filled itself while it
+        waited for its own (``_Lane.wait_done``)."""
         return self.lane.consumer_fills
 
     def ring(self):
