@@ -16,7 +16,8 @@ batch size and image width.
 
 Groups of configurations (``--only``; the floor is always measured):
 
-* ``loader``: the fast and the generic path, each repetition a slice of one long stream
+* ``loader``: the fast and the generic path (the generic one also with 2 worker
+  processes), each repetition a slice of one long stream
   after warm-up, and the ceiling of each: two processes, each running its own 0-worker
   loop, timed together in the same rounds (what 2 workers would reach if handing batches
   between threads cost nothing; every 2-worker figure is printed against it);
@@ -60,12 +61,13 @@ FRESH_LENGTHS = (64, 96, 128)     # k of the successive fresh streams, cycled
 class LoaderCase(Case):
     """One long stream: each repetition takes its next slice of steps after a warm-up."""
 
-    def __init__(self, workers, generic=False):
-        self.workers, self.generic = workers, generic
-        self.name = f"{path_name(generic)}, {workers} workers"
+    def __init__(self, workers, generic=False, mode="thread"):
+        self.workers, self.generic, self.mode = workers, generic, mode
+        self.name = f"{path_name(generic)}, {workers} workers" + (", processes" if mode == "process" else "")
 
     def setup(self):
         self.loader = make_pipeline(self.workers, self.generic)
+        self.loader.worker_mode = self.mode
         self.next = 0
 
     def run(self, n):
@@ -229,8 +231,9 @@ def measure(cases, batches, repeats):
 
 def select_cases(groups):
     """(every case to measure, the long-stream loader cases among them)."""
+    # The generic path also with worker processes: what loader.profile() advises for it.
     ours = ([LoaderCase(w) for w in (0, 1, 2, 4)] + [LoaderCase(w, generic=True) for w in (0, 2)]
-            if "loader" in groups else [])
+            + [LoaderCase(2, generic=True, mode="process")] if "loader" in groups else [])
     cases = [FloorCase(1), FloorCase(2)] + ours
     if groups & {"loader", "epochs", "fresh"}:
         cases.append(CeilingCase())
@@ -284,8 +287,9 @@ def notes(medians, cases, ours, quick):
                      f"handed to the augmentation.")
         fast2 = medians["onemodel_cy fast path, 2 workers"]
         lines.append(f"Fast path 2 workers / 2-thread floor: {fast2 / medians['floor (numpy copy), 2 threads']:.2f}.")
-        for generic in (False, True):
-            lines.append(against_ceiling(path_name(generic), medians[f"{path_name(generic)}, 2 workers"],
+        for generic, suffix in ((False, ""), (True, ""), (True, ", processes")):
+            lines.append(against_ceiling(path_name(generic) + suffix,
+                                         medians[f"{path_name(generic)}, 2 workers{suffix}"],
                                          medians[f"{path_name(generic)}, 0 workers"],
                                          medians[ceiling_name(generic)]) + ".")
     for case in cases:

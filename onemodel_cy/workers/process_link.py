@@ -117,18 +117,21 @@ class Inbox:
         self.fd_space = socket.CMSG_SPACE(4 * array.array("i").itemsize)   # room for the descriptors
         self.buffer = bytearray()
         self.fds = []                   # descriptors received, in order, not yet taken
+        # Where each read lands: reused, so that a read allocates no 64 KiB of its own.
+        self.landing = bytearray(1 << 16)
+        self.landed = memoryview(self.landing)
 
     def fill(self):
         """Read what is waiting (blocks if nothing is); EOFError once the worker's end is closed."""
-        data, ancillary, _, _ = self.sock.recvmsg(1 << 16, self.fd_space)
+        size, ancillary, _, _ = self.sock.recvmsg_into([self.landing], self.fd_space)
         for level, kind, cdata in ancillary:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 fds = array.array("i")
                 fds.frombytes(cdata[:len(cdata) - len(cdata) % fds.itemsize])
                 self.fds.extend(fds)
-        if not data:
+        if not size:
             raise EOFError("the worker's socket ended")
-        self.buffer += data
+        self.buffer += self.landed[:size]
 
     def next(self):
         """The next complete reply (with its descriptor for "grown"), or None."""
