@@ -280,14 +280,15 @@ class NarrowFirst(om.Sampler):
         return np.array(self.order[:8] if step == 0 else self.order[-8:], dtype=np.int64)
 
 
-def test_lane_timeout():
+@pytest.mark.parametrize("prefetch", [1, 3])
+def test_lane_timeout(prefetch):
     """§1 (DataLoader timeout): a step a worker is filling, not done within ``timeout``
-    seconds, raises TimeoutError naming the step."""
+    seconds, raises TimeoutError naming the step; a consumer with a timeout does not fill
+    the later steps posted meanwhile (that would wait past it)."""
     ds = om.SyntheticLineImages(64, 64, 1, 6000, 3, 2)
-    # Step 0 is built at once by the consumer; step 1 takes a worker milliseconds. With
-    # prefetch 1 no other step is posted that the consumer could fill while it waits.
+    # Step 0 is built at once by the consumer; step 1 takes a worker milliseconds.
     loader = om.DataLoader(ds, NarrowFirst(ds), om.ImageBatchCollator(8, -1.0, om.GaussianNoise(0.1)), seed=12,
-                           workers=1, prefetch=1, timeout=1e-5, persistent_workers=False)
+                           workers=1, prefetch=prefetch, timeout=1e-5, persistent_workers=False)
     with loader.iter(0, 4) as stream:
         next(stream)                # built by the consumer while the worker starts
         wait_for_state(stream, 1, "building")

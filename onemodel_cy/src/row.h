@@ -4,6 +4,7 @@
 #ifndef ONEMODEL_CY_ROW_H
 #define ONEMODEL_CY_ROW_H
 #include <stddef.h>
+#include <stdint.h>
 
 #if defined(__GNUC__) && __GNUC__ >= 12 && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 /* An AVX2 clone where the CPU has it, chosen at load time: no -march flag, and the
@@ -51,9 +52,9 @@ static void om_prefetch(const void* p, size_t bytes) {
    (docs/performance.md, "Measurements behind the code"). */
 static void om_prefetch_pages(void* p, size_t bytes) {
 #if defined(__GNUC__)
-    char* at = (char*)p;
-    size_t i;
-    for (i = 0; i < bytes; i += 4096) __builtin_prefetch(at + i, 1, 0);
+    /* From the start of p's page, so that the range's last page is asked for too. */
+    uintptr_t at = (uintptr_t)p & ~(uintptr_t)4095, end = (uintptr_t)p + bytes;
+    for (; at < end; at += 4096) __builtin_prefetch((const void*)at, 1, 0);
 #else
     (void)p; (void)bytes;
 #endif

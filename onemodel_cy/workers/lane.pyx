@@ -198,14 +198,15 @@ cdef class _Lane:
             pthread_cond_signal(&self.posted_cond)
         pthread_mutex_unlock(&self.mutex)
 
-    cdef int wait_done(self, Py_ssize_t k, long long deadline_ns) noexcept nogil:
+    cdef int wait_done(self, Py_ssize_t k, long long deadline_ns, bint fill_others) noexcept nogil:
         """Wait for slot k: 1 done, 0 the deadline passed, -1 no worker is left, -2 closed.
         While a worker lives, the consumer fills posted slots itself before it waits: slot
-        k when no worker has taken it, else the lowest posted one, until k is done or none
-        is left posted. On two cores the consumer and two workers are three threads: a
-        worker without a core (or still waking up) would leave the consumer waiting on a
-        step nobody builds, and a consumer spinning for a step a worker builds takes a core
-        the other worker could fill with. (With no worker left the stream reports that.)"""
+        k when no worker has taken it, else (with ``fill_others``) the lowest posted one,
+        until k is done or none is left posted. On two cores the consumer and two workers
+        are three threads: a worker without a core (or still waking up) would leave the
+        consumer waiting on a step nobody builds, and a consumer spinning for a step a
+        worker builds takes a core the other worker could fill with. (With no worker left
+        the stream reports that.)"""
         cdef long long start = clock_ns()
         cdef int _i, answer
         cdef LaneSlot* slot = &self.slots[k]
@@ -213,7 +214,7 @@ cdef class _Lane:
         if atomic_load(&slot.state) != DONE:
             pthread_mutex_lock(&self.mutex)
             while slot.state != DONE and not self.closed and self.alive > 0:
-                other = k if slot.state == POSTED else self.lowest_posted()
+                other = k if slot.state == POSTED else (self.lowest_posted() if fill_others else -1)
                 if other < 0:
                     break
                 self.consumer_fills += 1
@@ -417,6 +418,8 @@ cdef class LaneEngine:
         closed, TimeoutError after ``timeout`` seconds (None: wait while a worker lives)."""
         cdef Py_ssize_t k = g % self.prefetch
         cdef long long deadline = -1 if timeout is None else clock_ns() + <long long>(timeout * 1e9)
+        # A user's timeout bounds the wait for step g: the consumer then fills no other step.
+        cdef bint fill_others = timeout is None
         cdef long long until
         cdef int answer
         with self._state:
@@ -435,7 +438,7 @@ cdef class LaneEngine:
                 if deadline >= 0:
                     until = min(until, deadline)
                 with nogil:
-                    answer = self.lane.wait_done(k, until)
+                    answer = self.lane.wait_done(k, until, fill_others)
                 if answer != 0 or (deadline >= 0 and clock_ns() >= deadline):
                     break
                 PyErr_CheckSignals()    # raises what a signal handler raised (KeyboardInterrupt)
