@@ -14,9 +14,10 @@ worker takes the posted slot of the lowest step, writes the batch's columns and 
 into the block (``fill_batch``: the same code, with the same arguments, as the 0-worker
 route) and marks the slot done; the consumer hands the batch out once it is done. A
 consumer whose step is not done yet fills posted slots itself, the same way, instead of
-waiting: its own step when no worker has taken it, else the lowest posted one
-(``wait_done``). So the bytes are the 0-worker route's, whatever the timing. Both halves are the
-pipeline's (``Pipeline.prepare`` and ``fill``, ``collate/pipeline.pyx``).
+waiting: its own step when no worker has taken it, else (unless the loader has a
+``timeout``) the lowest posted one (``wait_done``). So the bytes are the 0-worker
+route's, whatever the timing. Both halves are the pipeline's (``Pipeline.prepare`` and
+``fill``, ``collate/pipeline.pyx``).
 
 Errors: a step whose preparation raises is built again by the pipeline's ``build`` on
 the consumer, so its exception is the one every other route raises (a build that then
