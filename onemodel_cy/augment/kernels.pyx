@@ -1,0 +1,390 @@
+"""The pixel kernels of :mod:`onemodel_cy.augment`, without the GIL.
+
+Each kernel is the contract's text (docs/contract.md, "Text-line augmentations") written
+in C: one float32 operation per line of the text, in its order, never fused (setup.py
+builds with ``-ffp-contract=off``). Every float constant is a typed float32 variable so
+that C never promotes a step to double. ``spec_tests/reference.py`` is the same text in
+pure Python, and the tests compare the two bit for bit.
+"""
+from libc.math cimport floorf, ceilf
+from libc.stdlib cimport malloc, free
+from libc.string cimport memcpy
+
+from onemodel_cy.core.typedefs cimport u64, u32
+from onemodel_cy.core.rng cimport draw_u64, draw_single
+
+cdef extern from *:
+    """
+    #include <string.h>
+    #include <stdint.h>
+    static inline float om_f32_bits(uint32_t bits) { float f; memcpy(&f, &bits, 4); return f; }
+    """
+    float f32_bits "om_f32_bits"(u32 bits) noexcept nogil
+
+# The contract's constants, by their float32 bits.
+cdef float INV_2 = f32_bits(0x3f000000)           # 1/2
+cdef float INV_6 = f32_bits(0x3e2aaaab)           # 1/3!
+cdef float INV_24 = f32_bits(0x3d2aaaab)          # 1/4!
+cdef float INV_120 = f32_bits(0x3c088889)         # 1/5!
+cdef float INV_720 = f32_bits(0x3ab60b61)         # 1/6!
+cdef float INV_5040 = f32_bits(0x39500d01)        # 1/7!
+cdef float INV_40320 = f32_bits(0x37d00d01)       # 1/8!
+cdef float INV_362880 = f32_bits(0x3638ef1d)      # 1/9!
+cdef float INV_3628800 = f32_bits(0x3493f27e)     # 1/10!
+cdef float NORMAL_SCALE = f32_bits(0x37ddb3d7)    # 1 / the sd of four 16-bit uniforms summed
+cdef float EXP_SCALE = f32_bits(0x3b800000)       # 2^-8
+cdef float EXP_LIMIT = f32_bits(0x42ae0000)       # 87
+
+
+cdef float exp_neg(float t) noexcept nogil:
+    """exp(-t) for t >= 0: a degree-7 Taylor polynomial of exp(-t/256), squared 8 times."""
+    cdef float one = 1.0, q, s
+    cdef int k
+    if not t <= EXP_LIMIT:
+        return 0.0
+    s = t * EXP_SCALE
+    q = INV_5040
+    q = INV_720 - s * q
+    q = INV_120 - s * q
+    q = INV_24 - s * q
+    q = INV_6 - s * q
+    q = INV_2 - s * q
+    q = one - s * q
+    q = one - s * q
+    for k in range(8):
+        q = q * q
+    return q
+
+
+cdef float sin_small(float x) noexcept nogil:
+    """sin(x) for |x| <= pi/4: x(1 - x^2/3! + x^4/5! - x^6/7! + x^8/9!) by Horner in x^2."""
+    cdef float one = 1.0
+    cdef float x2 = x * x
+    cdef float q = INV_362880
+    q = q * x2 - INV_5040
+    q = q * x2 + INV_120
+    q = q * x2 - INV_6
+    q = q * x2 + one
+    return x * q
+
+
+cdef float cos_small(float x) noexcept nogil:
+    """cos(x) for |x| <= pi/4: 1 - x^2/2! + x^4/4! - ... - x^10/10!, by Horner in x^2."""
+    cdef float one = 1.0
+    cdef float x2 = x * x
+    cdef float q = -INV_3628800
+    q = q * x2 + INV_40320
+    q = q * x2 - INV_720
+    q = q * x2 + INV_24
+    q = q * x2 - INV_2
+    q = q * x2 + one
+    return q
+
+
+cdef float fast_normal(u64* state) noexcept nogil:
+    """One draw: its four 16-bit parts summed (an integer), centred and scaled to unit sd."""
+    cdef u64 u = draw_u64(state)
+    cdef u64 total = (u & 0xFFFF) + ((u >> 16) & 0xFFFF) + ((u >> 32) & 0xFFFF) + (u >> 48)
+    cdef float centre = 131070.0
+    return (<float>total - centre) * NORMAL_SCALE
+
+
+# ---- sampling -------------------------------------------------------------------------------
+
+cdef inline Py_ssize_t clamp_index(Py_ssize_t i, Py_ssize_t n) noexcept nogil:
+    return 0 if i < 0 else (n - 1 if i >= n else i)
+
+
+cdef inline float pixel(const float* plane, Py_ssize_t h, Py_ssize_t w, Py_ssize_t x, Py_ssize_t y,
+                        int border, float fill) noexcept nogil:
+    if border == 1:      # BORDER_CONSTANT
+        if x < 0 or x >= w or y < 0 or y >= h:
+            return fill
+        return plane[y * w + x]
+    return plane[clamp_index(y, h) * w + clamp_index(x, w)]
+
+
+cdef inline float clamp_coordinate(float s, Py_ssize_t n) noexcept nogil:
+    # Far outside the image every neighbour is the border's: clamping there changes no
+    # value and keeps the index in range. NaN (a division by zero) counts as far outside.
+    cdef float low = -2.0
+    cdef float high = <float>(n + 1)
+    if not s >= low:
+        return low
+    if s > high:
+        return high
+    return s
+
+
+cdef inline float bilinear(const float* plane, Py_ssize_t h, Py_ssize_t w, float sx, float sy, int border,
+                           float fill) noexcept nogil:
+    """The value at source coordinates (sx, sy), pixel k's centre at k."""
+    sx = clamp_coordinate(sx, w)
+    sy = clamp_coordinate(sy, h)
+    cdef float x0f = floorf(sx), y0f = floorf(sy)
+    cdef float fx = sx - x0f, fy = sy - y0f
+    cdef Py_ssize_t x0 = <Py_ssize_t>x0f, y0 = <Py_ssize_t>y0f
+    cdef float p00 = pixel(plane, h, w, x0, y0, border, fill)
+    cdef float p01 = pixel(plane, h, w, x0 + 1, y0, border, fill)
+    cdef float p10 = pixel(plane, h, w, x0, y0 + 1, border, fill)
+    cdef float p11 = pixel(plane, h, w, x0 + 1, y0 + 1, border, fill)
+    cdef float top = p00 + fx * (p01 - p00)
+    cdef float bottom = p10 + fx * (p11 - p10)
+    return top + fy * (bottom - top)
+
+
+# ---- geometric ------------------------------------------------------------------------------
+
+
+cdef inline float line_position(Py_ssize_t k, float scale) noexcept nogil:
+    # Output sample k's centre in source coordinates: (k + 1/2) * (n / m) - 1/2.
+    cdef float half = 0.5
+    return (<float>k + half) * scale - half
+
+
+cdef void resize_rows(const float* src, float* dst, Py_ssize_t rows, Py_ssize_t w, Py_ssize_t ow) noexcept nogil:
+    """Every row from w to ow samples: a + f * (b - a) between the two nearest (replicated)."""
+    cdef float scale = <float>w / <float>ow
+    cdef Py_ssize_t r, x, i0, i1
+    cdef float s, f, a, b
+    for x in range(ow):
+        s = clamp_coordinate(line_position(x, scale), w)
+        f = floorf(s)
+        i0 = <Py_ssize_t>f
+        f = s - f
+        i1 = clamp_index(i0 + 1, w)
+        i0 = clamp_index(i0, w)
+        for r in range(rows):
+            a = src[r * w + i0]
+            b = src[r * w + i1]
+            dst[r * ow + x] = a + f * (b - a)
+
+
+cdef void resize_columns(const float* src, float* dst, Py_ssize_t h, Py_ssize_t oh, Py_ssize_t w) noexcept nogil:
+    """One channel's columns from h to oh samples, as resize_rows does along rows."""
+    cdef float scale = <float>h / <float>oh
+    cdef Py_ssize_t y, x, i0, i1
+    cdef float s, f
+    cdef const float* top
+    cdef const float* bottom
+    for y in range(oh):
+        s = clamp_coordinate(line_position(y, scale), h)
+        f = floorf(s)
+        i0 = <Py_ssize_t>f
+        f = s - f
+        top = src + clamp_index(i0, h) * w
+        bottom = src + clamp_index(i0 + 1, h) * w
+        for x in range(w):
+            dst[y * w + x] = top[x] + f * (bottom[x] - top[x])
+
+
+cdef void resize(const Step* st, const float* src, float* dst, float* tmp) noexcept nogil:
+    """Horizontal pass (w -> ow, into tmp), then vertical (h -> oh); a pass whose size does
+    not change is a copy."""
+    cdef Py_ssize_t ch, c = st.c, h = st.h, w = st.w, oh = st.oh, ow = st.ow
+    if ow != w:
+        resize_rows(src, tmp if oh != h else dst, c * h, w, ow)
+    elif oh == h:
+        memcpy(dst, src, c * h * w * sizeof(float))
+        return
+    else:
+        memcpy(tmp, src, c * h * w * sizeof(float))
+    if oh != h:
+        for ch in range(c):
+            resize_columns(tmp + ch * h * ow, dst + ch * oh * ow, h, oh, ow)
+
+
+cdef void affine(const Step* st, const float* src, float* dst) noexcept nogil:
+    """Each output pixel's centre, relative to the output's centre and less the shift,
+    through the inverse matrix, plus the input's centre: bilinear there."""
+    cdef float half = 0.5
+    cdef float i00 = st.v[0], i01 = st.v[1], i10 = st.v[2], i11 = st.v[3], shift = st.v[4]
+    cdef float out_cx = <float>st.ow * half, out_cy = <float>st.oh * half
+    cdef float in_cx = <float>st.w * half, in_cy = <float>st.h * half
+    cdef Py_ssize_t ch, x, y, h = st.h, w = st.w, ow = st.ow
+    cdef float dx, dy, sx, sy, ry0, ry1
+    for ch in range(st.c):
+        for y in range(st.oh):
+            dy = ((<float>y + half) - out_cy) - shift
+            ry0 = i01 * dy
+            ry1 = i11 * dy
+            for x in range(ow):
+                dx = (<float>x + half) - out_cx
+                sx = ((i00 * dx + ry0) + in_cx) - half
+                sy = ((i10 * dx + ry1) + in_cy) - half
+                dst[(ch * st.oh + y) * ow + x] = bilinear(src + ch * h * w, h, w, sx, sy, st.border, st.fill)
+
+
+cdef void perspective(const Step* st, const float* src, float* dst) noexcept nogil:
+    """Output pixel centre (u, v) in the unit square, mapped to the source quad:
+    X = (a u + b v + c) / (g u + h v + 1), Y = (d u + e v + f) / (g u + h v + 1)."""
+    cdef float half = 0.5, one = 1.0
+    cdef float a = st.v[0], b = st.v[1], c = st.v[2], d = st.v[3]
+    cdef float e = st.v[4], f = st.v[5], g = st.v[6], hh = st.v[7]
+    cdef float inv_w = one / <float>st.ow, inv_h = one / <float>st.oh
+    cdef Py_ssize_t ch, x, y, h = st.h, w = st.w, ow = st.ow
+    cdef float u, v, den, sx, sy
+    for ch in range(st.c):
+        for y in range(st.oh):
+            v = (<float>y + half) * inv_h
+            for x in range(ow):
+                u = (<float>x + half) * inv_w
+                den = (g * u + hh * v) + one
+                sx = ((a * u + b * v) + c) / den - half
+                sy = ((d * u + e * v) + f) / den - half
+                dst[(ch * st.oh + y) * ow + x] = bilinear(src + ch * h * w, h, w, sx, sy, st.border, st.fill)
+
+
+cdef int elastic(const Step* st, const float* src, float* dst) noexcept nogil:
+    """A grid of nodes every `cell` pixels, each moved by (U(-m, m), U(-m, m)) drawn row by
+    row; a pixel's displacement is the bilinear blend of its cell's four nodes."""
+    cdef Py_ssize_t cell = st.ia, nx = st.w // cell + 2, ny = st.h // cell + 2
+    cdef float* nodes = <float*>malloc(nx * ny * 2 * sizeof(float))
+    if nodes == NULL:
+        return -1
+    cdef u64 state = st.state
+    cdef float m = st.v[0], span = st.v[0] + st.v[0], half = 0.5
+    cdef Py_ssize_t k
+    for k in range(nx * ny * 2):
+        nodes[k] = -m + span * draw_single(&state)
+    cdef float inv_cell = <float>1.0 / <float>cell
+    cdef Py_ssize_t ch, x, y, i, j, h = st.h, w = st.w
+    cdef float tx, ty, fx, fy, top, bottom, dx, dy
+    cdef const float* n0
+    cdef const float* n1
+    for y in range(h):
+        ty = (<float>y + half) * inv_cell
+        j = min(<Py_ssize_t>floorf(ty), ny - 2)
+        fy = ty - <float>j
+        for x in range(w):
+            tx = (<float>x + half) * inv_cell
+            i = min(<Py_ssize_t>floorf(tx), nx - 2)
+            fx = tx - <float>i
+            n0 = nodes + 2 * (j * nx + i)
+            n1 = n0 + 2 * nx
+            top = n0[0] + fx * (n0[2] - n0[0])
+            bottom = n1[0] + fx * (n1[2] - n1[0])
+            dx = top + fy * (bottom - top)
+            top = n0[1] + fx * (n0[3] - n0[1])
+            bottom = n1[1] + fx * (n1[3] - n1[1])
+            dy = top + fy * (bottom - top)
+            for ch in range(st.c):
+                dst[(ch * h + y) * w + x] = bilinear(src + ch * h * w, h, w, <float>x + dx, <float>y + dy,
+                                                     st.border, st.fill)
+    free(nodes)
+    return 0
+
+
+# ---- morphology and blur --------------------------------------------------------------------
+
+cdef void window_extreme(const Step* st, const float* src, float* dst, float* tmp, bint maximum) noexcept nogil:
+    """Minimum (or maximum) over the window [x - (kw-1)//2, x + kw//2] x [y - (kh-1)//2,
+    y + kh//2], replicated at the border: rows first into tmp, then columns."""
+    cdef Py_ssize_t kw = st.ia, kh = st.ib, h = st.h, w = st.w
+    cdef Py_ssize_t ch, x, y, k, lo_x = (kw - 1) // 2, lo_y = (kh - 1) // 2
+    cdef float best, value
+    cdef const float* row
+    for ch in range(st.c):
+        for y in range(h):
+            row = src + (ch * h + y) * w
+            for x in range(w):
+                best = row[clamp_index(x - lo_x, w)]
+                for k in range(1, kw):
+                    value = row[clamp_index(x - lo_x + k, w)]
+                    if (value > best) if maximum else (value < best):
+                        best = value
+                tmp[(ch * h + y) * w + x] = best
+        for y in range(h):
+            for x in range(w):
+                best = tmp[(ch * h + clamp_index(y - lo_y, h)) * w + x]
+                for k in range(1, kh):
+                    value = tmp[(ch * h + clamp_index(y - lo_y + k, h)) * w + x]
+                    if (value > best) if maximum else (value < best):
+                        best = value
+                dst[(ch * h + y) * w + x] = best
+
+
+cdef Py_ssize_t blur_weights(float sigma, float* weights) noexcept nogil:
+    """The normalised weights n_0 .. n_r of radius r = ceil(3 sigma); returns r."""
+    cdef float three = 3.0, two = 2.0
+    cdef Py_ssize_t r = <Py_ssize_t>ceilf(three * sigma), k
+    if r > MAX_RADIUS:
+        r = MAX_RADIUS
+    if r == 0:
+        weights[0] = 1.0
+        return 0
+    cdef float d = (two * sigma) * sigma, total
+    for k in range(r + 1):
+        weights[k] = exp_neg(<float>(k * k) / d)
+    total = weights[r]                      # k = -r, then k = -r+1 .. r, left to right
+    for k in range(-r + 1, r + 1):
+        total = total + weights[k if k >= 0 else -k]
+    for k in range(r + 1):
+        weights[k] = weights[k] / total
+    return r
+
+
+cdef void blur(const Step* st, const float* src, float* dst, float* tmp) noexcept nogil:
+    """Rows, then columns: sum over k = -r .. r of n_|k| * p(clamp(x + k)), from 0, left to right."""
+    cdef float weights[MAX_RADIUS + 1]
+    cdef Py_ssize_t r = blur_weights(st.v[0], weights)
+    cdef Py_ssize_t ch, x, y, k, h = st.h, w = st.w
+    cdef float acc
+    cdef const float* row
+    for ch in range(st.c):
+        for y in range(h):
+            row = src + (ch * h + y) * w
+            for x in range(w):
+                acc = 0.0
+                for k in range(-r, r + 1):
+                    acc = acc + weights[k if k >= 0 else -k] * row[clamp_index(x + k, w)]
+                tmp[(ch * h + y) * w + x] = acc
+        for y in range(h):
+            for x in range(w):
+                acc = 0.0
+                for k in range(-r, r + 1):
+                    acc = acc + weights[k if k >= 0 else -k] * tmp[(ch * h + clamp_index(y + k, h)) * w + x]
+                dst[(ch * h + y) * w + x] = acc
+
+
+# ---- photometric, in place ------------------------------------------------------------------
+
+cdef void photometric(const Step* st, const float* src, float* dst) noexcept nogil:
+    cdef Py_ssize_t i, n = st.c * st.h * st.w
+    cdef float a = st.v[0], b = st.v[1], c = st.v[2], u, half_amount = st.v[0] * <float>0.5
+    cdef u64 state = st.state
+    if st.kind == K_GAIN_OFFSET:
+        for i in range(n):
+            dst[i] = src[i] * a + b
+    elif st.kind == K_NOISE:
+        for i in range(n):
+            dst[i] = src[i] + a * fast_normal(&state)
+    elif st.kind == K_SPECKLE:
+        for i in range(n):
+            dst[i] = src[i] + src[i] * (a * fast_normal(&state))
+    elif st.kind == K_IMPULSE:
+        for i in range(n):
+            u = draw_single(&state)
+            dst[i] = b if u < half_amount else (c if u < a else src[i])
+    elif st.kind == K_INVERT:
+        for i in range(n):
+            dst[i] = a - src[i]
+
+
+cdef int run_step(const Step* step, const float* src, float* dst, float* tmp) noexcept nogil:
+    cdef int kind = step.kind
+    if kind == K_RESIZE:
+        resize(step, src, dst, tmp)
+    elif kind == K_AFFINE:
+        affine(step, src, dst)
+    elif kind == K_PERSPECTIVE:
+        perspective(step, src, dst)
+    elif kind == K_ELASTIC:
+        return elastic(step, src, dst)
+    elif kind == K_ERODE or kind == K_DILATE:
+        window_extreme(step, src, dst, tmp, kind == K_DILATE)
+    elif kind == K_BLUR:
+        blur(step, src, dst, tmp)
+    else:
+        photometric(step, src, dst)
+    return 0
