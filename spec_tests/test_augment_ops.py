@@ -21,6 +21,8 @@ from hypothesis import given, strategies as st
 import onemodel_cy as om
 import reference as R
 import reference_augment as RA
+from harness import _guard  # noqa: F401  (autouse: no worker may outlive a test)
+from harness import assert_same, assert_stream_is_batch_at, drain_ok, finish
 from onemodel_cy import augment as A
 
 
@@ -208,3 +210,48 @@ def test_a_transform_returns_a_new_sample_and_an_augmentation_edits_in_place():
     edited = image.copy()
     assert A.Invert()(edited, om.SampleRng(0)) is None
     assert same_bits(edited, np.float32(1) - image)
+
+
+# ---- the preset on every route of the loader -----------------------------------------------
+
+def _preset_loader(workers=0, mode="thread", prefetch=2, augmentation=None):
+    dataset = om.SyntheticTextLines(40, height=16, max_length=5, seed=3)
+    sampler = om.ShuffledSampler(len(dataset), 6, seed=8)
+    return om.DataLoader(dataset, sampler, om.ImageBatchCollator(width_multiple=4, augmentation=augmentation),
+                         seed=11, transform=A.text_lines(), workers=workers, prefetch=prefetch, worker_mode=mode)
+
+
+def test_the_preset_is_the_oracle_batch_at_every_step():
+    """§1 with the preset as transform (stream 0) and a built-in as the collator's augmentation
+    (stream 1): batch_at(g) equals the reference's batch, two epochs."""
+    loader = _preset_loader(augmentation=A.Compose([A.BrightnessContrast(), A.GaussianNoise()]))
+    def get_sample(i):
+        return R.textlines_sample(i, height=16, max_length=5, seed=3)
+    oracle_sampler = R.ShuffledSampler(40, 6, seed=8)
+    preset = RA.text_lines()
+    photometric = ("compose", [("brightness_contrast", (0.7, 1.3), (-0.3, 0.3)), ("gaussian_noise", (0.0, 0.15))])
+
+    def transform(sample, rng):
+        image, target, label = sample
+        return (RA.apply(preset, image, rng), target, label)
+
+    def augmentation(scratch, rng):
+        scratch[...] = RA.apply(photometric, scratch, rng)
+
+    for g in range(2 * loader.steps_per_epoch):
+        want = R.batch(get_sample, oracle_sampler, 11, g, width_multiple=4, augmentation=augmentation,
+                       transform=transform)
+        assert_same(loader.batch_at(g), want, f"batch_at({g})")
+
+
+@pytest.mark.parametrize("workers, mode, prefetch", [(0, "thread", 1), (2, "thread", 3), (2, "process", 2)])
+def test_the_preset_gives_the_same_batches_on_every_route_and_after_a_resume(workers, mode, prefetch):
+    loader = _preset_loader(workers, mode, prefetch)
+    steps = range(0, 14)
+    with loader.iter(0, 14) as stream:
+        batches = drain_ok(stream)
+    assert_stream_is_batch_at(batches, loader, steps, f"{workers} {mode} workers")
+    with loader.iter(9, 14) as stream:       # resumed mid-epoch from one integer
+        resumed = drain_ok(stream)
+    assert_stream_is_batch_at(resumed, loader, range(9, 14), "resumed at 9")
+    finish(loader)
