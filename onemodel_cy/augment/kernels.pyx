@@ -6,9 +6,9 @@ builds with ``-ffp-contract=off``). Every float constant is a typed float32 vari
 that C never promotes a step to double. ``spec_tests/reference.py`` is the same text in
 pure Python, and the tests compare the two bit for bit.
 """
-from libc.math cimport floorf, ceilf
+from libc.math cimport ceilf
 from libc.stdlib cimport malloc, free
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
 
 from onemodel_cy.core.typedefs cimport u64, u32
 from onemodel_cy.core.rng cimport draw_u64, draw_single
@@ -104,6 +104,13 @@ cdef inline float pixel(const float* plane, Py_ssize_t h, Py_ssize_t w, Py_ssize
     return plane[clamp_index(y, h) * w + clamp_index(x, w)]
 
 
+cdef inline float floor_exact(float s) noexcept nogil:
+    # floor(s) for |s| < 2^31, without a libm call (baseline x86-64 has no rounding
+    # instruction): truncate, then step down when truncation went up. Exact.
+    cdef float t = <float><int>s
+    return t - <float>1.0 if t > s else t
+
+
 cdef inline float clamp_coordinate(float s, Py_ssize_t n) noexcept nogil:
     # Far outside the image every neighbour is the border's: clamping there changes no
     # value and keeps the index in range. NaN (a division by zero) counts as far outside.
@@ -121,13 +128,19 @@ cdef inline float bilinear(const float* plane, Py_ssize_t h, Py_ssize_t w, float
     """The value at source coordinates (sx, sy), pixel k's centre at k."""
     sx = clamp_coordinate(sx, w)
     sy = clamp_coordinate(sy, h)
-    cdef float x0f = floorf(sx), y0f = floorf(sy)
+    cdef float x0f = floor_exact(sx), y0f = floor_exact(sy)
     cdef float fx = sx - x0f, fy = sy - y0f
     cdef Py_ssize_t x0 = <Py_ssize_t>x0f, y0 = <Py_ssize_t>y0f
-    cdef float p00 = pixel(plane, h, w, x0, y0, border, fill)
-    cdef float p01 = pixel(plane, h, w, x0 + 1, y0, border, fill)
-    cdef float p10 = pixel(plane, h, w, x0, y0 + 1, border, fill)
-    cdef float p11 = pixel(plane, h, w, x0 + 1, y0 + 1, border, fill)
+    cdef float p00, p01, p10, p11
+    cdef const float* at
+    if 0 <= x0 < w - 1 and 0 <= y0 < h - 1:     # all four inside: no border rule to apply
+        at = plane + y0 * w + x0
+        p00, p01, p10, p11 = at[0], at[1], at[w], at[w + 1]
+    else:
+        p00 = pixel(plane, h, w, x0, y0, border, fill)
+        p01 = pixel(plane, h, w, x0 + 1, y0, border, fill)
+        p10 = pixel(plane, h, w, x0, y0 + 1, border, fill)
+        p11 = pixel(plane, h, w, x0 + 1, y0 + 1, border, fill)
     cdef float top = p00 + fx * (p01 - p00)
     cdef float bottom = p10 + fx * (p11 - p10)
     return top + fy * (bottom - top)
@@ -149,7 +162,7 @@ cdef void resize_rows(const float* src, float* dst, Py_ssize_t rows, Py_ssize_t 
     cdef float s, f, a, b
     for x in range(ow):
         s = clamp_coordinate(line_position(x, scale), w)
-        f = floorf(s)
+        f = floor_exact(s)
         i0 = <Py_ssize_t>f
         f = s - f
         i1 = clamp_index(i0 + 1, w)
@@ -169,7 +182,7 @@ cdef void resize_columns(const float* src, float* dst, Py_ssize_t h, Py_ssize_t 
     cdef const float* bottom
     for y in range(oh):
         s = clamp_coordinate(line_position(y, scale), h)
-        f = floorf(s)
+        f = floor_exact(s)
         i0 = <Py_ssize_t>f
         f = s - f
         top = src + clamp_index(i0, h) * w
@@ -238,29 +251,37 @@ cdef void perspective(const Step* st, const float* src, float* dst) noexcept nog
 cdef int elastic(const Step* st, const float* src, float* dst) noexcept nogil:
     """A grid of nodes every `cell` pixels, each moved by (U(-m, m), U(-m, m)) drawn row by
     row; a pixel's displacement is the bilinear blend of its cell's four nodes."""
-    cdef Py_ssize_t cell = st.ia, nx = st.w // cell + 2, ny = st.h // cell + 2
-    cdef float* nodes = <float*>malloc(nx * ny * 2 * sizeof(float))
+    cdef Py_ssize_t cell = st.ia, nx = st.w // cell + 2, ny = st.h // cell + 2, h = st.h, w = st.w
+    # The nodes (dx, dy interleaved), then each column's node index and fraction.
+    cdef float* nodes = <float*>malloc((nx * ny * 2 + 2 * w) * sizeof(float))
     if nodes == NULL:
+        return -1
+    cdef float* column_fraction = nodes + nx * ny * 2
+    cdef Py_ssize_t* column_node = <Py_ssize_t*>malloc(w * sizeof(Py_ssize_t))
+    if column_node == NULL:
+        free(nodes)
         return -1
     cdef u64 state = st.state
     cdef float m = st.v[0], span = st.v[0] + st.v[0], half = 0.5
-    cdef Py_ssize_t k
+    cdef Py_ssize_t k, ch, x, y, i, j
     for k in range(nx * ny * 2):
         nodes[k] = -m + span * draw_single(&state)
     cdef float inv_cell = <float>1.0 / <float>cell
-    cdef Py_ssize_t ch, x, y, i, j, h = st.h, w = st.w
-    cdef float tx, ty, fx, fy, top, bottom, dx, dy
+    cdef float t, fx, fy, top, bottom, dx, dy
+    for x in range(w):
+        t = (<float>x + half) * inv_cell
+        i = min(<Py_ssize_t>floor_exact(t), nx - 2)
+        column_node[x] = i
+        column_fraction[x] = t - <float>i
     cdef const float* n0
     cdef const float* n1
     for y in range(h):
-        ty = (<float>y + half) * inv_cell
-        j = min(<Py_ssize_t>floorf(ty), ny - 2)
-        fy = ty - <float>j
+        t = (<float>y + half) * inv_cell
+        j = min(<Py_ssize_t>floor_exact(t), ny - 2)
+        fy = t - <float>j
         for x in range(w):
-            tx = (<float>x + half) * inv_cell
-            i = min(<Py_ssize_t>floorf(tx), nx - 2)
-            fx = tx - <float>i
-            n0 = nodes + 2 * (j * nx + i)
+            fx = column_fraction[x]
+            n0 = nodes + 2 * (j * nx + column_node[x])
             n1 = n0 + 2 * nx
             top = n0[0] + fx * (n0[2] - n0[0])
             bottom = n1[0] + fx * (n1[2] - n1[0])
@@ -271,37 +292,62 @@ cdef int elastic(const Step* st, const float* src, float* dst) noexcept nogil:
             for ch in range(st.c):
                 dst[(ch * h + y) * w + x] = bilinear(src + ch * h * w, h, w, <float>x + dx, <float>y + dy,
                                                      st.border, st.fill)
+    free(column_node)
     free(nodes)
     return 0
 
 
 # ---- morphology and blur --------------------------------------------------------------------
 
-cdef void window_extreme(const Step* st, const float* src, float* dst, float* tmp, bint maximum) noexcept nogil:
+cdef void pad_row(const float* row, Py_ssize_t w, Py_ssize_t before, Py_ssize_t after, float* out) noexcept nogil:
+    """`row` with its first pixel repeated `before` times ahead and its last `after` times
+    behind (the replicated border), so that the window loops below index without clamping."""
+    cdef Py_ssize_t k
+    for k in range(before):
+        out[k] = row[0]
+    memcpy(out + before, row, w * sizeof(float))
+    for k in range(after):
+        out[before + w + k] = row[w - 1]
+
+
+cdef void keep_extreme(float* best, const float* values, Py_ssize_t n, bint maximum) noexcept nogil:
+    # best[x] replaced only by a strictly smaller (larger) value, as the contract's scan does.
+    cdef Py_ssize_t x
+    cdef float v, b
+    if maximum:
+        for x in range(n):
+            v, b = values[x], best[x]
+            best[x] = v if v > b else b
+    else:
+        for x in range(n):
+            v, b = values[x], best[x]
+            best[x] = v if v < b else b
+
+
+cdef int window_extreme(const Step* st, const float* src, float* dst, float* tmp, bint maximum) noexcept nogil:
     """Minimum (or maximum) over the window [x - (kw-1)//2, x + kw//2] x [y - (kh-1)//2,
-    y + kh//2], replicated at the border: rows first into tmp, then columns."""
+    y + kh//2], replicated at the border: rows first into tmp, then columns. Each pixel's
+    candidates are taken in window order, k = 0 first, as the contract scans them."""
     cdef Py_ssize_t kw = st.ia, kh = st.ib, h = st.h, w = st.w
-    cdef Py_ssize_t ch, x, y, k, lo_x = (kw - 1) // 2, lo_y = (kh - 1) // 2
-    cdef float best, value
-    cdef const float* row
+    cdef Py_ssize_t ch, y, k, lo_x = (kw - 1) // 2, lo_y = (kh - 1) // 2
+    cdef float* padded = <float*>malloc((w + kw) * sizeof(float))
+    if padded == NULL:
+        return -1
+    cdef float* out
     for ch in range(st.c):
         for y in range(h):
-            row = src + (ch * h + y) * w
-            for x in range(w):
-                best = row[clamp_index(x - lo_x, w)]
-                for k in range(1, kw):
-                    value = row[clamp_index(x - lo_x + k, w)]
-                    if (value > best) if maximum else (value < best):
-                        best = value
-                tmp[(ch * h + y) * w + x] = best
+            pad_row(src + (ch * h + y) * w, w, lo_x, kw - 1 - lo_x, padded)
+            out = tmp + (ch * h + y) * w
+            memcpy(out, padded, w * sizeof(float))
+            for k in range(1, kw):
+                keep_extreme(out, padded + k, w, maximum)
         for y in range(h):
-            for x in range(w):
-                best = tmp[(ch * h + clamp_index(y - lo_y, h)) * w + x]
-                for k in range(1, kh):
-                    value = tmp[(ch * h + clamp_index(y - lo_y + k, h)) * w + x]
-                    if (value > best) if maximum else (value < best):
-                        best = value
-                dst[(ch * h + y) * w + x] = best
+            out = dst + (ch * h + y) * w
+            memcpy(out, tmp + (ch * h + clamp_index(y - lo_y, h)) * w, w * sizeof(float))
+            for k in range(1, kh):
+                keep_extreme(out, tmp + (ch * h + clamp_index(y - lo_y + k, h)) * w, w, maximum)
+    free(padded)
+    return 0
 
 
 cdef Py_ssize_t blur_weights(float sigma, float* weights) noexcept nogil:
@@ -324,27 +370,36 @@ cdef Py_ssize_t blur_weights(float sigma, float* weights) noexcept nogil:
     return r
 
 
-cdef void blur(const Step* st, const float* src, float* dst, float* tmp) noexcept nogil:
-    """Rows, then columns: sum over k = -r .. r of n_|k| * p(clamp(x + k)), from 0, left to right."""
+cdef void add_weighted(float* acc, const float* values, float weight, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t x
+    for x in range(n):
+        acc[x] = acc[x] + weight * values[x]
+
+
+cdef int blur(const Step* st, const float* src, float* dst, float* tmp) noexcept nogil:
+    """Rows, then columns: sum over k = -r .. r of n_|k| * p(clamp(x + k)), from 0, left to
+    right (the k loop outside the pixel loop: each pixel still adds its terms in k order)."""
     cdef float weights[MAX_RADIUS + 1]
     cdef Py_ssize_t r = blur_weights(st.v[0], weights)
-    cdef Py_ssize_t ch, x, y, k, h = st.h, w = st.w
-    cdef float acc
-    cdef const float* row
+    cdef Py_ssize_t ch, y, k, h = st.h, w = st.w
+    cdef float* padded = <float*>malloc((w + 2 * r + 1) * sizeof(float))
+    if padded == NULL:
+        return -1
+    cdef float* out
     for ch in range(st.c):
         for y in range(h):
-            row = src + (ch * h + y) * w
-            for x in range(w):
-                acc = 0.0
-                for k in range(-r, r + 1):
-                    acc = acc + weights[k if k >= 0 else -k] * row[clamp_index(x + k, w)]
-                tmp[(ch * h + y) * w + x] = acc
+            pad_row(src + (ch * h + y) * w, w, r, r, padded)
+            out = tmp + (ch * h + y) * w
+            memset(out, 0, w * sizeof(float))
+            for k in range(-r, r + 1):
+                add_weighted(out, padded + r + k, weights[k if k >= 0 else -k], w)
         for y in range(h):
-            for x in range(w):
-                acc = 0.0
-                for k in range(-r, r + 1):
-                    acc = acc + weights[k if k >= 0 else -k] * tmp[(ch * h + clamp_index(y + k, h)) * w + x]
-                dst[(ch * h + y) * w + x] = acc
+            out = dst + (ch * h + y) * w
+            memset(out, 0, w * sizeof(float))
+            for k in range(-r, r + 1):
+                add_weighted(out, tmp + (ch * h + clamp_index(y + k, h)) * w, weights[k if k >= 0 else -k], w)
+    free(padded)
+    return 0
 
 
 # ---- photometric, in place ------------------------------------------------------------------
@@ -382,9 +437,9 @@ cdef int run_step(const Step* step, const float* src, float* dst, float* tmp) no
     elif kind == K_ELASTIC:
         return elastic(step, src, dst)
     elif kind == K_ERODE or kind == K_DILATE:
-        window_extreme(step, src, dst, tmp, kind == K_DILATE)
+        return window_extreme(step, src, dst, tmp, kind == K_DILATE)
     elif kind == K_BLUR:
-        blur(step, src, dst, tmp)
+        return blur(step, src, dst, tmp)
     else:
         photometric(step, src, dst)
     return 0
