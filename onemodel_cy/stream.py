@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from onemodel_cy.collate.profile import ConsumerTimer
 from onemodel_cy.core.validate import G_END, check_global_step
-from onemodel_cy.data.packed import PackedImageDataset
+from onemodel_cy.data.packs.reader import PackedImageDataset
 from onemodel_cy.workers.registry import acquire_engine, discard_idle_engine, release_engine
 
 if TYPE_CHECKING:

@@ -26,7 +26,7 @@ import pytest
 import numpy as np
 
 import onemodel_cy as om
-from onemodel_cy.data.packfmt import PackError
+from onemodel_cy.data.packs.format import PackError
 from harness import batch_bits
 from remote_packs import CONSTANTS, free_port, items, nginx, running, same, stream, write_packs
 
