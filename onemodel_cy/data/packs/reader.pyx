@@ -332,6 +332,19 @@ cdef class PackedImageDataset(PackedSource):
             self.remote.ensure(indices[lo:hi])
         return 0
 
+    cdef bint reads_ahead(self) except -1:
+        return self.remote is not None
+
+    cdef int read_ahead(self, object indices) except -1:
+        if self.remote is not None:
+            self.remote.ahead(indices)
+        return 0
+
+    cdef int stop_read_ahead(self) except -1:
+        if self.remote is not None:
+            self.remote.cancel()
+        return 0
+
     cdef int release_mapping(self) except -1:
         """``madvise(MADV_DONTNEED)`` over the pixels' whole pages, without the GIL (a
         release of a gigabyte walks a quarter of a million page-table entries)."""
