@@ -49,7 +49,7 @@ else:
               "-fno-fast-math"]
 
 MODULES = ["core.validate", "core.rng", "core.permute", "core.samplers", "core.tablesamplers", "core.sealed",
-           "data.datasets", "data.image", "data.packed", "data.textlines",
+           "data.datasets", "data.image", "data.textlines", "data.packs.reader", "data.packs.pixelmap",
            "collate.bufferpool", "collate.pacing", "collate.profile", "collate.augment", "collate.batch",
            "collate.collator", "collate.fetch", "collate.pipeline", "augment.kernels", "augment.program",
            "workers.window", "workers.lane", "workers.shmring", "workers.taskboard",

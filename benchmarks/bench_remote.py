@@ -211,7 +211,7 @@ def check_equal(local_path, options, cache):
     """The epoch through S3 (fetch='background', 2 process workers) against the local pack,
     batch for batch; then, once every sample is present, each fetched pixels.npy against
     the SHA-256 its shard's manifest records."""
-    from onemodel_cy.data.packfmt import file_sha256, read_manifest
+    from onemodel_cy.data.packs.format import file_sha256, read_manifest
     remote = om.PackedImageDataset("s3://bench/pack", MEAN, STD, cache=cache, storage_options=options,
                                    fetch="background")
     began = time.perf_counter()

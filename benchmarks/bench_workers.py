@@ -6,10 +6,10 @@ Run from a source checkout with the package importable and Pillow and torch inst
     python benchmarks/bench_workers.py --repeats 3     # shorter
     python benchmarks/bench_workers.py --only fast     # the §7 table alone
 
-The Python-heavy dataset is what a new user writes: the images are stored as PNG files
-(in memory, as bytes) and ``get_sample`` decodes each with Pillow and normalises it in
-numpy (``small``: height 32, widths 64-256; ``large``: height 128, widths 256-1024,
-decoded then resized to height 64). The same dataset and the same padding collation run
+The Python-heavy dataset (``workload.PngLines``) is what a new user writes: the images are
+stored as PNG files (in memory, as bytes) and ``get_sample`` decodes each with Pillow and
+normalises it in numpy (``small``: height 32, widths 64-256; ``large``: height 128, widths
+256-1024, decoded then resized to height 64). The same dataset and the same padding collation run
 in this package's loader (thread mode 0/1/2 workers, process mode 1/2 workers) and in
 ``torch.utils.data.DataLoader`` (0 and 2 worker processes, ``persistent_workers``).
 
@@ -34,7 +34,6 @@ does.
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import platform
 import sys
@@ -51,48 +50,6 @@ import workload  # noqa: E402
 
 MULTIPLE = 4
 CEILING = "ceiling: 2 processes, each its own 0-worker loop"
-SETS = {   # name: (count, height, min width, max width, resize to height, batch size)
-    "small": (512, 32, 64, 256, None, 32),
-    "large": (192, 128, 256, 1024, 64, 16),
-}
-
-
-def encode_png(array) -> bytes:
-    from PIL import Image
-    buffer = io.BytesIO()
-    Image.fromarray(array).save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
-class PngLines:
-    """Text lines stored as PNG bytes; get_sample decodes (and resizes) with Pillow, then
-    normalises to zero mean and unit variance in numpy: Python work that holds the GIL."""
-
-    def __init__(self, count, height, min_width, max_width, resize_to=None, seed=0):
-        source = om.SyntheticLineImages(count, height, min_width, max_width, seed=seed)
-        self.pngs, self.targets, self.labels = [], [], []
-        for i in range(count):
-            s = source.get_sample(i)
-            self.pngs.append(encode_png((np.asarray(s.image)[0] * 255).astype(np.uint8)))
-            self.targets.append(np.array(s.target))
-            self.labels.append(int(s.label))
-        self.resize_to = resize_to
-
-    def __len__(self):
-        return len(self.pngs)
-
-    def decode(self, index):
-        from PIL import Image
-        image = Image.open(io.BytesIO(self.pngs[index])).convert("L")
-        if self.resize_to is not None:
-            width = max(1, image.width * self.resize_to // image.height)
-            image = image.resize((width, self.resize_to), Image.BILINEAR)
-        pixels = np.asarray(image, dtype=np.float32) / 255.0
-        pixels = (pixels - pixels.mean()) / (pixels.std() + 1e-6)
-        return pixels[None]
-
-    def get_sample(self, index):
-        return om.Sample(self.decode(index), self.targets[index], self.labels[index])
 
 
 class WaitingLines:
@@ -202,8 +159,8 @@ def measure(loaders, n, repeats, held=0, base=None, ceiling=None):
 
 def python_heavy(repeats, epochs):
     rows = []
-    for name, (count, height, lo, hi, resize, batch) in SETS.items():
-        dataset = PngLines(count, height, lo, hi, resize)
+    for name, (count, height, lo, hi, resize, batch) in workload.PNG_SETS.items():
+        dataset = workload.PngLines(count, height, lo, hi, resize)
         loaders = {
             "threads, 0 workers": package_loader(dataset, batch, 0, "thread"),
             "threads, 1 worker": package_loader(dataset, batch, 1, "thread"),
@@ -270,7 +227,7 @@ def main():
         print_table(rows, "× threads, 0 workers")
         medians = {(name, label): median for name, label, median, *_ in rows}
         print()
-        for name in SETS:
+        for name in workload.PNG_SETS:
             print(against_ceiling(f"{name}, processes", medians[(name, "processes, 2 workers")],
                                   medians[(name, "threads, 0 workers")], medians[(name, CEILING)]))
         print()

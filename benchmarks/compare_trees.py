@@ -29,7 +29,7 @@ patterns such as ``'packed*'``; the default is all of them):
   multiple 8, prefetch 4) at batch 32 and 128, 0 and 2 workers (2 workers on a pack take the
   packed lane);
 * ``small-0``, ``small-proc2``, ``large-0``, ``large-proc2``: the Python-heavy sets of
-  ``bench_workers.py`` (PNG bytes decoded with Pillow and normalised in numpy in
+  ``bench_workers.py`` (``workload.PngLines``: PNG bytes decoded with Pillow and normalised in numpy in
   ``get_sample``; small: 512 lines of height 32, batch 32; large: 192 lines of
   height 128 resized to 64, batch 16) with ``worker_mode="process"`` and 2 workers, and
   0 workers as the anchor; read as a training loop does (``for batch in loader`` pass after
@@ -50,12 +50,14 @@ import tempfile
 import time
 
 # The script each run executes (and that makes the pack), written to the temporary folder
-# as the module ``ab_run`` (its datasets must be importable by name in worker processes).
+# as the module ``ab_run`` (its datasets must be importable by name in worker processes:
+# the Python-heavy one is ``workload.PngLines``, this folder's workload.py on the path).
 # Public API only.
 RUN_MODULE = r'''
-import collections, io, json, os, random, sys, time
+import collections, json, os, random, sys, time
 import numpy as np
 import onemodel_cy as om
+from workload import PNG_SETS, PngLines      # benchmarks/workload.py, on the path: the same for both trees
 
 HELD = 2          # batches a training loop holds while the next is built
 
@@ -147,45 +149,8 @@ def packed(pack, batch, workers, steps):
 
 # ------------------------------------------------------------------ Python-heavy sets (bench_workers.py)
 
-SETS = {   # name: (count, height, min width, max width, resize to height, batch size)
-    "small": (512, 32, 64, 256, None, 32),
-    "large": (192, 128, 256, 1024, 64, 16),
-}
-
-
-class PngLines:
-    """bench_workers.PngLines: PNG bytes in memory; get_sample decodes (and resizes) with
-    Pillow, then normalises in numpy: Python work that holds the GIL."""
-
-    def __init__(self, count, height, min_width, max_width, resize_to=None, seed=0):
-        from PIL import Image
-        source = om.SyntheticLineImages(count, height, min_width, max_width, seed=seed)
-        self.pngs, self.targets, self.labels = [], [], []
-        for i in range(count):
-            s = source.get_sample(i)
-            buffer = io.BytesIO()
-            Image.fromarray((np.asarray(s.image)[0] * 255).astype(np.uint8)).save(buffer, format="PNG")
-            self.pngs.append(buffer.getvalue())
-            self.targets.append(np.array(s.target))
-            self.labels.append(int(s.label))
-        self.resize_to = resize_to
-
-    def __len__(self):
-        return len(self.pngs)
-
-    def get_sample(self, index):
-        from PIL import Image
-        image = Image.open(io.BytesIO(self.pngs[index])).convert("L")
-        if self.resize_to is not None:
-            width = max(1, image.width * self.resize_to // image.height)
-            image = image.resize((width, self.resize_to), Image.BILINEAR)
-        pixels = np.asarray(image, dtype=np.float32) / 255.0
-        pixels = (pixels - pixels.mean()) / (pixels.std() + 1e-6)
-        return om.Sample(pixels[None], self.targets[index], self.labels[index])
-
-
 def python_heavy(name, workers, mode, passes):
-    count, height, lo, hi, resize, batch = SETS[name]
+    count, height, lo, hi, resize, batch = PNG_SETS[name]
     dataset = PngLines(count, height, lo, hi, resize)
     loader = om.DataLoader(dataset, om.ShuffledSampler(len(dataset), batch, seed=1),
                            om.ImageBatchCollator(4), seed=1, workers=workers, prefetch=4,
@@ -236,13 +201,14 @@ CONFIGS = {
     "large-proc2": ("python_heavy", ["large", 2, "process", 5]),
 }
 PACK_IMAGES = 3000
+BENCHMARKS = os.path.dirname(os.path.abspath(__file__))     # workload.py, which ab_run imports
 
 
 def run(tree, folder, kind, args):
     """One fresh interpreter with ``tree`` first on the path: the JSON result of ab_run.main."""
     import json
     tree = os.path.abspath(tree)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([tree, folder]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([tree, folder, BENCHMARKS]))
     done = subprocess.run([sys.executable, "-c", "import sys, ab_run; ab_run.main(sys.argv[1:])",
                            kind, json.dumps(args)], capture_output=True, text=True, env=env, cwd=folder)
     if done.returncode:

@@ -2,9 +2,14 @@
 
 2,048 synthetic text-line images of height 32 and width 64-256, batch 128 (16 steps per
 epoch), width multiple 4, GainOffset augmentation, prefetch 8.
+
+Also the Python-heavy dataset of ``bench_workers.py`` and ``compare_trees.py``:
+``PngLines`` (PNG bytes decoded with Pillow and normalised in numpy in ``get_sample``) and
+its two sizes, ``PNG_SETS``.
 """
 from __future__ import annotations
 
+import io
 import threading
 import time
 from collections import deque
@@ -107,6 +112,51 @@ class PythonDataset:
 
     def get_sample(self, index):
         return om.Sample(self.images[index], self.targets[index], self.labels[index])
+
+
+PNG_SETS = {   # name: (count, height, min width, max width, resize to height, batch size)
+    "small": (512, 32, 64, 256, None, 32),
+    "large": (192, 128, 256, 1024, 64, 16),
+}
+
+
+def encode_png(array) -> bytes:
+    from PIL import Image
+    buffer = io.BytesIO()
+    Image.fromarray(array).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+class PngLines:
+    """Text lines stored as PNG bytes; get_sample decodes (and resizes) with Pillow, then
+    normalises to zero mean and unit variance in numpy: Python work that holds the GIL.
+    Importable by name (``workload.PngLines``), so worker processes unpickle it."""
+
+    def __init__(self, count, height, min_width, max_width, resize_to=None, seed=0):
+        source = om.SyntheticLineImages(count, height, min_width, max_width, seed=seed)
+        self.pngs, self.targets, self.labels = [], [], []
+        for i in range(count):
+            s = source.get_sample(i)
+            self.pngs.append(encode_png((np.asarray(s.image)[0] * 255).astype(np.uint8)))
+            self.targets.append(np.array(s.target))
+            self.labels.append(int(s.label))
+        self.resize_to = resize_to
+
+    def __len__(self):
+        return len(self.pngs)
+
+    def decode(self, index):
+        from PIL import Image
+        image = Image.open(io.BytesIO(self.pngs[index])).convert("L")
+        if self.resize_to is not None:
+            width = max(1, image.width * self.resize_to // image.height)
+            image = image.resize((width, self.resize_to), Image.BILINEAR)
+        pixels = np.asarray(image, dtype=np.float32) / 255.0
+        pixels = (pixels - pixels.mean()) / (pixels.std() + 1e-6)
+        return pixels[None]
+
+    def get_sample(self, index):
+        return om.Sample(self.decode(index), self.targets[index], self.labels[index])
 
 
 def python_gain_offset(image, rng):

@@ -51,7 +51,7 @@ def make_dataset(count, seed):
 
 def open_pack(path, mean, std):
     """A pack written from text, at one height (as ``onemodel-cy pack`` writes them)."""
-    from onemodel_cy.data.packfmt import read_manifest
+    from onemodel_cy.data.packs.format import read_manifest
     float32 = read_manifest(path)["pixels"] == "float32"      # served as stored: no §6 constants
     dataset = om.PackedImageDataset(path, None if float32 else mean, None if float32 else std)
     if dataset.vocabulary is None:

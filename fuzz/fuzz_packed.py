@@ -40,10 +40,10 @@ from pipeline_parts import PyDataset  # noqa: E402  (spec_tests/, on the path th
 import numpy as np  # noqa: E402
 
 import onemodel_cy as om  # noqa: E402
-from onemodel_cy.data import packfmt as _packfmt  # noqa: E402
+from onemodel_cy.data.packs import format as _format  # noqa: E402
 from onemodel_cy.collate.fetch import build_batch  # noqa: E402
 
-_packfmt.FSYNC = False          # the harness checks bytes, not the disk's durability
+_format.FSYNC = False          # the harness checks bytes, not the disk's durability
 ACCEPTED = (TypeError, ValueError)          # PackError is a ValueError
 NAMES = ("pixels", "pixel_offsets", "shapes", "targets", "target_offsets", "labels", "keys", "key_offsets")
 FILES = tuple(f"{n}.npy" for n in NAMES) + ("manifest.json",)
@@ -396,7 +396,7 @@ def check_key(ds, i):
     """A key is a str, or None without keys; keys.npy is not UTF-8 -> a PackError naming it."""
     try:
         key = ds.key(i)
-    except _packfmt.PackError as exc:
+    except _format.PackError as exc:
         check("keys.npy" in str(exc) and "UTF-8" in str(exc), f"sample {i}: key() raised {exc}")
         return
     has_keys = isinstance(ds.manifest["arrays"].get("keys"), dict)

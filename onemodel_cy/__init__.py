@@ -14,9 +14,9 @@ from onemodel_cy.collate.augment import Augmentation, GainOffset, GaussianNoise
 from onemodel_cy.collate.batch import ImageBatch
 from onemodel_cy.collate.collator import ImageBatchCollator
 from onemodel_cy.data.image import gray8_to_planar, rgb8_to_planar
-from onemodel_cy.data.packed import PackedImageDataset
-from onemodel_cy.data.pack import PackError, PackReport, pack
-from onemodel_cy.data.packshards import pack_sharded
+from onemodel_cy.data.packs.reader import PackedImageDataset
+from onemodel_cy.data.packs.writer import PackError, PackReport, pack
+from onemodel_cy.data.packs.sharded import pack_sharded
 from onemodel_cy.loader import DataLoader, threads_available
 from onemodel_cy.profile import LoaderProfile
 from onemodel_cy.stream import BatchStream

@@ -11,7 +11,7 @@ from onemodel_cy.data.datasets import SyntheticLineImages as SyntheticLineImages
 from onemodel_cy.data.textlines import SyntheticTextLines as SyntheticTextLines
 from onemodel_cy.data.image import gray8_to_planar as gray8_to_planar
 from onemodel_cy.data.image import rgb8_to_planar as rgb8_to_planar
-from onemodel_cy.data.packed import PackedImageDataset as PackedImageDataset
+from onemodel_cy.data.packs.reader import PackedImageDataset as PackedImageDataset
 from onemodel_cy.core.permute import keyed_permutation as keyed_permutation
 from onemodel_cy.core.permute import permutation as permutation
 from onemodel_cy.core.rng import SampleRng as SampleRng
@@ -27,10 +27,10 @@ from onemodel_cy.loader import DataLoader as DataLoader
 from onemodel_cy.profile import LoaderProfile as LoaderProfile
 from onemodel_cy.workers.protocol import StuckWorkerWarning as StuckWorkerWarning
 from onemodel_cy.loader import threads_available as threads_available
-from onemodel_cy.data.pack import PackError as PackError
-from onemodel_cy.data.pack import PackReport as PackReport
-from onemodel_cy.data.pack import pack as pack
-from onemodel_cy.data.packshards import pack_sharded as pack_sharded
+from onemodel_cy.data.packs.writer import PackError as PackError
+from onemodel_cy.data.packs.writer import PackReport as PackReport
+from onemodel_cy.data.packs.writer import pack as pack
+from onemodel_cy.data.packs.sharded import pack_sharded as pack_sharded
 
 # The named streams of §2 and of this package (docs/contract.md).
 STREAM_TRANSFORM: int

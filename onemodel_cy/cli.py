@@ -173,7 +173,7 @@ def _show(args) -> int:
     from onemodel_cy.show import save_steps
 
     if args.pack is not None:
-        from onemodel_cy.data.packfmt import read_manifest
+        from onemodel_cy.data.packs.format import read_manifest
         try:
             # The picture scales each batch's pixels to its own min..max: any §6 mean and std
             # draw the same, so 8-bit packs are opened at mean 0, std 1.
@@ -278,9 +278,9 @@ def user_error(message, status: int) -> int:
 
 
 def _pack(args) -> int:
-    from onemodel_cy.data.pack import pack
-    from onemodel_cy.data.packfmt import INT32_END
-    from onemodel_cy.data.packshards import pack_sharded
+    from onemodel_cy.data.packs.writer import pack
+    from onemodel_cy.data.packs.format import INT32_END
+    from onemodel_cy.data.packs.sharded import pack_sharded
     # What the command line names is checked first (status 2); what is in the files, while packing (1).
     if not os.path.isdir(args.folder):
         return user_error(f"{args.folder}: {'not a folder' if os.path.exists(args.folder) else 'no such folder'} "
@@ -349,7 +349,7 @@ def _engine_argument(args):
 def _vocabulary_argument(args):
     """The vocabulary ``--vocabulary`` or ``--vocabulary-from`` names (None: from the labels)."""
     if args.vocabulary_from is not None:
-        from onemodel_cy.data.packfmt import read_manifest
+        from onemodel_cy.data.packs.format import read_manifest
         vocabulary = read_manifest(args.vocabulary_from).get("vocabulary")     # the symbols of ids 1, 2, ...
         if vocabulary is None:
             raise ValueError(f"{args.vocabulary_from}: this pack has no vocabulary (it was not written from text) "

@@ -6,9 +6,10 @@ a worker engine (``onemodel_cy.workers``: threads, the packed lane or processes)
 acquires from the loader when it starts and gives back (parked) or ends when it closes.
 ``workers/registry.py`` tells an engine's lifetime, ``workers/window.py`` its window.
 
-Over a pack fetched sample by sample (``data/packexact.py``) the stream also asks for the
-samples of the steps after the one it hands out (``READ_AHEAD`` beyond the engine's
-prefetch), so that they are on their way before any worker needs them.
+Over a dataset that reads ahead (``Pipeline.reads_ahead``: a pack fetched sample by sample,
+``data/packs/exact.py``) the stream also asks, through the pipeline, for the samples of the
+steps after the one it hands out (``READ_AHEAD`` beyond the engine's prefetch), so that
+they are on their way before any worker needs them.
 """
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 from onemodel_cy.collate.profile import ConsumerTimer
 from onemodel_cy.core.validate import G_END, check_global_step
-from onemodel_cy.data.packed import PackedImageDataset
 from onemodel_cy.workers.registry import acquire_engine, discard_idle_engine, release_engine
 
 if TYPE_CHECKING:
@@ -61,8 +61,7 @@ class BatchStream:
         self._taking = False              # the consumer is inside engine.take()
         self._busy = False                # a thread is inside __next__ (a stream has one consumer)
         self._pid = os.getpid()           # the process whose engine this is (fork: see _after_fork)
-        dataset = loader._pipeline.dataset
-        self._remote = dataset.remote if isinstance(dataset, PackedImageDataset) else None
+        self._reads_ahead = loader._pipeline.reads_ahead()
         self._restart(start)
 
     def _restart(self, start):
@@ -131,7 +130,7 @@ class BatchStream:
         if self._closed or g >= (G_END if self.stop_g is None else self.stop_g):
             self.close()
             raise StopIteration
-        if self._remote is not None:
+        if self._reads_ahead:
             self._read_ahead(g)
         try:
             with self._guard:       # against a close() from another thread (see _end)
@@ -162,8 +161,8 @@ class BatchStream:
         return batch
 
     def _read_ahead(self, g):
-        """Ask the remote pack for the samples of steps up to ``READ_AHEAD`` past the
-        engine's window, each step once. A step whose indices cannot be computed (a sampler
+        """Ask the dataset, through the pipeline, for the samples of steps up to ``READ_AHEAD``
+        past the engine's window, each step once. A step whose indices cannot be computed (a sampler
         that raises) ends the read-ahead: its build reports the error at its step."""
         end = g + self.loader.prefetch + READ_AHEAD
         if self.stop_g is not None:
@@ -171,7 +170,7 @@ class BatchStream:
         h = max(self._ahead_g, g)
         try:
             while h < end:
-                self._remote.ahead(self.loader._pipeline.rank_indices(h))
+                self.loader._pipeline.read_ahead(h)
                 h += 1
         except Exception:
             h = G_END
@@ -201,8 +200,8 @@ class BatchStream:
             self._closed = True
             engine, self._engine = self._engine, None
             taking = self._taking
-        if self._remote is not None:
-            self._remote.cancel()
+        if self._reads_ahead:
+            self.loader._pipeline.stop_read_ahead()
         if engine is None:
             return
         if failed or taking:

@@ -55,7 +55,7 @@ def ref():
 def without_fsync():
     """For tests that write packs: they check the bytes written, not the disk's durability
     (fsync dominates their time). Modules use it through ``pytest.mark.usefixtures``."""
-    from onemodel_cy.data import packfmt as _packfmt
-    _packfmt.FSYNC = False
+    from onemodel_cy.data.packs import format as _format
+    _format.FSYNC = False
     yield
-    _packfmt.FSYNC = True
+    _format.FSYNC = True

@@ -24,7 +24,7 @@ import pytest
 import onemodel_cy
 
 COMPILED = ["core.validate", "core.rng", "core.permute", "core.samplers", "core.tablesamplers", "core.sealed",
-            "data.datasets", "data.image", "data.packed", "data.textlines",
+            "data.datasets", "data.image", "data.textlines", "data.packs.reader", "data.packs.pixelmap",
             "collate.bufferpool", "collate.pacing", "collate.profile", "collate.augment", "collate.batch",
             "collate.collator", "collate.fetch", "collate.pipeline",
             "workers.window", "workers.lane", "workers.shmring", "workers.taskboard",

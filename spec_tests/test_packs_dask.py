@@ -20,8 +20,8 @@ from dask.distributed import Client, LocalCluster
 
 import onemodel_cy as om
 from onemodel_cy.cli import main
-from onemodel_cy.data import packshards
-from onemodel_cy.data.pack import remove_path
+from onemodel_cy.data.packs import sharded
+from onemodel_cy.data.packs.publish import remove_path
 from harness import batch_bits
 from line_images import random_png_lines
 
@@ -33,8 +33,8 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 def no_fsync():
-    from onemodel_cy.data import packfmt
-    packfmt.FSYNC = False
+    from onemodel_cy.data.packs import format as _format
+    _format.FSYNC = False
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +148,7 @@ def test_a_task_whose_worker_dies_mid_shard_is_rescheduled_and_its_half_shard_re
     The last step removes the half shard; the published pack holds the manifest and the
     three shards, nothing else, and is om.pack's sample for sample."""
     removed = []
-    monkeypatch.setattr(packshards, "remove_path", lambda path: (removed.append(path), remove_path(path)))
+    monkeypatch.setattr(sharded, "remove_path", lambda path: (removed.append(path), remove_path(path)))
     source = Flaky(40, at=20, how="kill", marker=str(tmp_path / "died-once"))
     dask = om.pack_sharded(source, str(tmp_path / "dask"), shards=3, engine=client, progress=False)
     assert os.path.exists(tmp_path / "died-once")

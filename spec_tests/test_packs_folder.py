@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import onemodel_cy as om
-from onemodel_cy.data.packfmt import PackError
+from onemodel_cy.data.packs.format import PackError
 from onemodel_cy.cli import main
 
 Image = pytest.importorskip("PIL.Image")
@@ -106,7 +106,7 @@ def test_a_labels_file_that_is_not_utf8_names_its_line(folder, tmp_path):
     """Bad input: a labels file with a Latin-1 byte raised a bare UnicodeDecodeError naming
     neither the file nor the line; now a PackError naming both (and the column). Lines
     still split as text mode splits them (CR, LF and CRLF each end one)."""
-    from onemodel_cy.data.packsources import read_labels
+    from onemodel_cy.data.packs.sources import read_labels
     images, labels = folder
     with open(labels, "ab") as f:
         f.write("a.png\tone\r\nb.png\ttwo\rc.png\tcafé\r\r\nd.png\tend".encode("utf-8"))
@@ -160,7 +160,7 @@ def test_cli_user_errors_are_one_line_naming_the_file(folder, tmp_path, capsys):
 def test_cli_keeps_the_traceback_of_a_bug(folder, tmp_path, monkeypatch):
     """An unexpected exception inside `onemodel-cy pack` is no user error: it propagates
     (a traceback), it is not turned into one line."""
-    import onemodel_cy.data.pack as pack_module
+    import onemodel_cy.data.packs.writer as pack_module
 
     def broken(*args, **kwargs):
         raise TypeError("a bug")

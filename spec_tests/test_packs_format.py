@@ -22,10 +22,11 @@ import numpy as np
 import pytest
 
 import onemodel_cy as om
-from onemodel_cy.data import pack as _pack
-from onemodel_cy.data import packed as _packed
-from onemodel_cy.data import packfmt as _packfmt
-from onemodel_cy.data.packfmt import PackError
+from onemodel_cy.data.packs import format as _format
+from onemodel_cy.data.packs import publish as _publish
+from onemodel_cy.data.packs import reader as _reader
+from onemodel_cy.data.packs import writer as _writer
+from onemodel_cy.data.packs.format import PackError
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -62,8 +63,8 @@ def rewrite_array(path, name, values):
     """Replace an array and update the manifest's record, so only the value is wrong."""
     manifest = manifest_of(path)
     descr = manifest["arrays"][name]["dtype"]
-    _packfmt.write_npy(os.path.join(path, f"{name}.npy"), values, descr)
-    manifest["arrays"][name] = _packfmt.array_entry(path, name, descr, np.asarray(values).shape)
+    _format.write_npy(os.path.join(path, f"{name}.npy"), values, descr)
+    manifest["arrays"][name] = _format.array_entry(path, name, descr, np.asarray(values).shape)
     rewrite_manifest(path, manifest)
 
 
@@ -264,22 +265,22 @@ def partials(folder):
 def publish_route(request, monkeypatch):
     """The exclusive publish through renameat2(RENAME_NOREPLACE), and through the portable
     fallback (os.rename, which replaces an empty folder: guarded by a check)."""
-    if request.param == "renameat2" and _pack.renameat2 is None:
+    if request.param == "renameat2" and _publish.renameat2 is None:
         pytest.skip("no renameat2 in this libc")     # not Linux: the portable route runs
     if request.param == "portable":
-        monkeypatch.setattr(_pack, "renameat2", None)
+        monkeypatch.setattr(_publish, "renameat2", None)
     return request.param
 
 
 def publish_meanwhile(monkeypatch, action):
     """Run ``action`` once, in the writer between its manifest (its last file) and its publish."""
-    write = _pack.write_manifest
+    write = _writer.write_manifest
 
     def hooked(folder, manifest):
         write(folder, manifest)
-        monkeypatch.setattr(_pack, "write_manifest", write)
+        monkeypatch.setattr(_writer, "write_manifest", write)
         action()
-    monkeypatch.setattr(_pack, "write_manifest", hooked)
+    monkeypatch.setattr(_writer, "write_manifest", hooked)
 
 
 @pytest.mark.parametrize("rival", ["pack", "empty folder"])
@@ -329,13 +330,13 @@ def test_a_failed_replace_puts_the_old_pack_back(tmp_path, monkeypatch):
     moved aside, the old pack is put back and the partial removed."""
     out = str(tmp_path / "p")
     om.pack(ONE * 3, out, progress=False)
-    exclusive = _pack.rename_exclusive
+    exclusive = _publish.rename_exclusive
 
     def failing(src, dst):
         if ".replaced-" not in src:
             raise OSError(errno.EIO, "the disk went away")
         exclusive(src, dst)
-    monkeypatch.setattr(_pack, "rename_exclusive", failing)
+    monkeypatch.setattr(_publish, "rename_exclusive", failing)
     with pytest.raises(OSError, match="the disk went away"):
         om.pack(ONE, out, progress=False, overwrite=True)
     assert os.listdir(tmp_path) == ["p"] and len(om.PackedImageDataset(out, 0, 1)) == 3
@@ -345,8 +346,8 @@ FSIZE_CHILD = r"""
 import os, resource, signal, sys
 import numpy as np
 import onemodel_cy as om
-from onemodel_cy.data import packfmt
-packfmt.FSYNC = False
+from onemodel_cy.data.packs import format as _format
+_format.FSYNC = False
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)          # a write past the limit fails with EFBIG
 resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
 items = [(np.full((64, 1024), i, np.uint8), [1], i) for i in range(40)]    # 2.6 MB of pixels
@@ -386,7 +387,7 @@ def test_a_close_that_fails_still_removes_the_partial_folder(tmp_path, monkeypat
     def opener(path, mode="r", *args, **kwargs):
         f = opened(path, mode, *args, **kwargs)
         return Failing(f.detach()) if path.endswith("pixels.npy") else f
-    monkeypatch.setattr(_pack, "open", opener, raising=False)
+    monkeypatch.setattr(_writer, "open", opener, raising=False)
 
     def failing():
         yield from ONE
@@ -429,7 +430,7 @@ def test_a_pickled_pack_refuses_a_pack_replaced_since_it_was_opened(gray_pack):
     with pytest.raises(PackError, match=re.escape(f"{path} was replaced or removed since it was opened")):
         pickle.loads(blob)
     with pytest.raises(TypeError, match="manifest_sha256"):
-        _packed.reopen(path, 0.5, 0.5, "index", None, 1)
+        _reader.reopen(path, 0.5, 0.5, "index", None, 1)
 
 
 def test_a_pack_opened_by_a_relative_path_keeps_its_folder_after_chdir(gray_pack, tmp_path, monkeypatch):

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 import onemodel_cy as om
-from onemodel_cy.data import packfmt as _packfmt
-from onemodel_cy.data.packfmt import PackError
+from onemodel_cy.data.packs import format as _format
+from onemodel_cy.data.packs.format import PackError
 
 
 pytestmark = pytest.mark.usefixtures("without_fsync")     # conftest.py
@@ -70,7 +70,7 @@ def replace_file(path, name, data, reseal=True):
 
 def body_of(path, name):
     with open(os.path.join(path, f"{name}.npy"), "rb") as f:
-        return f.read()[_packfmt.HEADER_BYTES:]
+        return f.read()[_format.HEADER_BYTES:]
 
 
 def test_negative_dimensions_in_a_header_are_a_pack_error(tmp_path):

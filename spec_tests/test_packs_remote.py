@@ -26,7 +26,7 @@ import pytest
 import numpy as np
 
 import onemodel_cy as om
-from onemodel_cy.data.packfmt import PackError
+from onemodel_cy.data.packs.format import PackError
 from harness import batch_bits
 from remote_packs import CONSTANTS, free_port, items, nginx, running, same, stream, write_packs
 
@@ -182,6 +182,29 @@ def test_exactly_the_samples_of_the_steps_run_are_fetched(packs, tmp_path, name,
         same(local, sample)
         assert (sample.remote.present == 1).all() and sample.remote.requests > before
         assert (om.PackedImageDataset(f"{url}/{name}", *CONSTANTS[name], cache=cache).remote.present == 1).all()
+
+
+def test_the_stream_reads_ahead_through_the_pipeline(packs, tmp_path):
+    """Part 3, the read-ahead: the stream asks for the samples of the steps after the one it
+    hands out through the pipeline (``Pipeline.read_ahead``, the dataset's own hook), without
+    building them: once the first batch of a stream over [0, 3) with no workers is out, the
+    samples of steps 1 and 2 arrive too, and no other. A dataset that does not read ahead
+    (a local pack, an in-memory dataset) says so, and is never asked."""
+    root, url = packs
+    remote = om.PackedImageDataset(f"{url}/gray", *CONSTANTS["gray"], cache=str(tmp_path / "cache"))
+    loader = loader_of(remote)
+    assert loader._pipeline.reads_ahead()
+    for dataset in (om.PackedImageDataset(str(root / "gray"), *CONSTANTS["gray"]), om.SyntheticLineImages(8, 3, 1, 9)):
+        assert not loader_of(dataset)._pipeline.reads_ahead()
+    wanted = sorted({i for g in range(3) for i in loader._pipeline.rank_indices(g).tolist()})
+    with loader.iter(0, 3) as batches:
+        next(batches)
+        deadline = time.monotonic() + 60
+        while not (remote.remote.present[wanted] == 1).all():
+            assert time.monotonic() < deadline, "the samples of steps 1 and 2 were not read ahead within 60 s"
+            time.sleep(0.01)
+    assert np.flatnonzero(remote.remote.present == 1).tolist() == wanted
+    loader.close()
 
 
 @pytest.mark.parametrize("route", [{}, {"workers": 2, "worker_mode": "process"}])

@@ -21,8 +21,8 @@ import fsspec  # noqa: F401  (the remote extra: CI leaves this file out where it
 import pytest
 
 import onemodel_cy as om
-from onemodel_cy.data import packremote
-from onemodel_cy.data.packfmt import PackError
+from onemodel_cy.data.packs import remote as remote_fetch
+from onemodel_cy.data.packs.format import PackError
 from remote_packs import CONSTANTS, free_port, running, same, write_packs
 
 pytestmark = pytest.mark.usefixtures("without_fsync")     # conftest.py
@@ -117,16 +117,16 @@ def test_a_fault_that_persists_is_a_clear_error(served, fault, where, problem):
 
 def test_the_waits_double_from_backoff_and_stay_bounded(served, monkeypatch):
     """Part 4: before attempt k (k >= 2) the fetch waits backoff * 2**(k-2) seconds, jittered
-    down to half of it at most, and never more than packremote.MAX_WAIT."""
+    down to half of it at most, and never more than remote_fetch.MAX_WAIT."""
     root, url, cache = served
-    waits, pause = [], packremote.pause
-    monkeypatch.setattr(packremote, "pause", lambda retry, attempt: waits.append(pause(retry, attempt)) or 0.0)
+    waits, pause = [], remote_fetch.pause
+    monkeypatch.setattr(remote_fetch, "pause", lambda retry, attempt: waits.append(pause(retry, attempt)) or 0.0)
     with pytest.raises(PackError, match="gave up after 4 attempts"):
         om.PackedImageDataset(f"{url}/503/99/gray", 0.5, 0.25, cache=str(cache),
                               retry={"attempts": 4, "backoff": 0.25})
     assert len(waits) == 3 and all(d / 2 <= w <= d for w, d in zip(waits, (0.25, 0.5, 1.0))), waits
-    many = packremote.Retry(attempts=100, backoff=packremote.MAX_WAIT)
-    assert all(packremote.pause(many, k) <= packremote.MAX_WAIT for k in range(2, 101))
+    many = remote_fetch.Retry(attempts=100, backoff=remote_fetch.MAX_WAIT)
+    assert all(remote_fetch.pause(many, k) <= remote_fetch.MAX_WAIT for k in range(2, 101))
 
 
 @pytest.mark.parametrize("retry, error, message", [

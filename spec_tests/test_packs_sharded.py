@@ -20,7 +20,7 @@ import pytest
 
 import onemodel_cy as om
 from onemodel_cy.cli import main
-from onemodel_cy.data.packfmt import PackError
+from onemodel_cy.data.packs.format import PackError
 from harness import batch_bits
 from line_images import random_png_lines
 

@@ -76,11 +76,28 @@ cdef class Pipeline:
                            workspace=workspace)
 
     def rank_indices(self, g):
-        """The dataset indices of this rank's slots of global step ``g`` (what a remote pack
-        fetches ahead of the step, ``stream.py``)."""
+        """The dataset indices of this rank's slots of global step ``g``."""
         epoch, step = self.locate(g)
         indices = self.sampler.indices(epoch, step)
         return indices[self.lo:min(self.hi, indices.shape[0])]
+
+    def reads_ahead(self):
+        """Whether the dataset reads ahead (``PackedSource.reads_ahead``: a pack at a URL
+        fetched sample by sample): the stream asks for coming steps' samples only then."""
+        return isinstance(self.dataset, PackedSource) and (<PackedSource>self.dataset).reads_ahead()
+
+    def read_ahead(self, g):
+        """Have the dataset start bringing the samples of this rank's slots of global step
+        ``g`` (``rank_indices``), without waiting for them; nothing for a dataset that does
+        not read ahead. A sampler's error is raised here (the stream then stops reading
+        ahead; the step's build reports it)."""
+        if self.reads_ahead():
+            (<PackedSource>self.dataset).read_ahead(self.rank_indices(g))
+
+    def stop_read_ahead(self):
+        """Have the dataset drop the read-ahead still queued (a stream that ends)."""
+        if isinstance(self.dataset, PackedSource):
+            (<PackedSource>self.dataset).stop_read_ahead()
 
     def splits(self):
         """Whether ``prepare`` + ``fill`` can build its steps: a dataset whose packed view

@@ -46,6 +46,14 @@ cdef class PackedSource:
     # Before the fetch step reads the pixels of indices[lo:hi] (holding the GIL): a source
     # whose pixels are fetched on demand (a remote pack) makes them present.
     cdef int ensure_samples(self, object indices, Py_ssize_t lo, Py_ssize_t hi) except -1
+    # Read-ahead, reached through Pipeline.reads_ahead/read_ahead/stop_read_ahead (the stream
+    # calls them holding the GIL): whether the source reads ahead (asked once per stream);
+    # start bringing the samples of `indices` (a coming step's) without waiting for them,
+    # their step's ensure_samples still makes them present; drop what is still queued (a
+    # stream that ends). The base never reads ahead.
+    cdef bint reads_ahead(self) except -1
+    cdef int read_ahead(self, object indices) except -1
+    cdef int stop_read_ahead(self) except -1
 
 
 cdef class ArrayImageDataset(PackedSource):

@@ -42,6 +42,15 @@ cdef class PackedSource:
     cdef int ensure_samples(self, object indices, Py_ssize_t lo, Py_ssize_t hi) except -1:
         return 0
 
+    cdef bint reads_ahead(self) except -1:
+        return False
+
+    cdef int read_ahead(self, object indices) except -1:
+        return 0
+
+    cdef int stop_read_ahead(self) except -1:
+        return 0
+
 
 cdef cnp.ndarray target_array(target, str where):
     """A sealed int32 copy of ``target``, checked after copying, so that no edit of the

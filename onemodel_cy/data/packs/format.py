@@ -1,10 +1,11 @@
 """The on-disk pack format (``docs/packed-format.md``): its files, headers, manifest and checks.
 
-Shared by the writer (``pack.py``) and the reader (``data/packed.pyx``). A pack is a folder of
-standard numpy ``.npy`` files (version 1.0 headers, little-endian) plus ``manifest.json``,
-which records the format version, the number of samples, the kind of pixels and, for every
-array, its dtype, shape, size in bytes and SHA-256. Everything here is plain Python and
-numpy: nothing of it needs the compiled package, so a port can follow it line by line.
+Shared by the writers (``writer.py``, ``sharded.py``), the reader (``reader.pyx``) and the
+remote fetch (``remote.py``). A pack is a folder of standard numpy ``.npy`` files (version
+1.0 headers, little-endian) plus ``manifest.json``, which records the format version, the
+number of samples, the kind of pixels and, for every array, its dtype, shape, size in
+bytes and SHA-256. Everything here is plain Python and numpy: nothing of it needs the
+compiled package, so a port can follow it line by line.
 """
 from __future__ import annotations
 

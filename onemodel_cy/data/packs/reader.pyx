@@ -15,8 +15,7 @@ the same float32 operations per pixel: both routes give the same bytes.
 """
 cimport cython
 cimport numpy as cnp
-from posix.mman cimport (madvise, mmap, munmap, MADV_DONTNEED, MAP_ANONYMOUS, MAP_FAILED, MAP_FIXED,
-                         MAP_NORESERVE, MAP_PRIVATE, MAP_SHARED, PROT_NONE, PROT_READ)
+from posix.mman cimport madvise, MADV_DONTNEED
 from posix.unistd cimport sysconf, _SC_PAGESIZE
 import os
 
@@ -28,16 +27,18 @@ from onemodel_cy.core.sealed cimport sealed_copy
 from onemodel_cy.data.datasets cimport (PackedImages, PackedSource, Sample, PIXELS_FLOAT32, PIXELS_GRAY8,
                                         PIXELS_RGB8)
 from onemodel_cy.data.image import gray8_to_planar, rgb8_to_planar
-from onemodel_cy.data.packfmt import (SHARDED_FORMAT as _SHARDED, PackError, join_shards, load_index, open_manifest,
-                                      open_shards)
-from onemodel_cy.data.packexact import RemoteSamples, is_exact
-from onemodel_cy.data.packremote import PRESENT_MAP as _PRESENT_MAP, fetch as _fetch, is_url as _is_url, retry_policy
+from onemodel_cy.data.packs.cache import is_exact, refuse_as_local
+from onemodel_cy.data.packs.exact import RemoteSamples
+from onemodel_cy.data.packs.format import (SHARDED_FORMAT as _SHARDED, PackError, join_shards, load_index,
+                                           open_manifest, open_shards)
+from onemodel_cy.data.packs.pixelmap import map_pixel_files
+from onemodel_cy.data.packs.remote import fetch as _fetch, is_url as _is_url, retry_policy
 from onemodel_cy.data.vocabulary import decode as _decode, with_blank as _with_blank
 
 cnp.import_array()
 
 VERIFY = ("index", "full")
-FETCH = ("exact", "background", "whole")     # a pack at a URL: what is fetched when (data/packexact.py)
+FETCH = ("exact", "background", "whole")     # a pack at a URL: what is fetched when (exact.py)
 DEFAULT_RESIDENT_LIMIT = 1 << 30     # bytes of pixels a process keeps mapped in, by default
 KIND_CODES = {"gray8": PIXELS_GRAY8, "rgb8": PIXELS_RGB8, "float32": PIXELS_FLOAT32}
 
@@ -61,6 +62,54 @@ def per_channel(values, channels):
     """``values`` (one, or one per channel) rounded to float32, one per channel, as §6 uses them."""
     out = np.asarray(values, dtype=np.float64).reshape(-1).astype(np.float32)
     return np.repeat(out, channels) if out.size == 1 else out
+
+
+def local_folder(path, cache, cache_bytes, storage_options, retry, fetch):
+    """The folder of the pack at the local ``path``, made absolute: a later ``os.chdir``
+    cannot change which folder a pickled copy reopens (a symbolic link pointed elsewhere
+    since is refused by the manifest's digest). The options of a pack at a URL are refused,
+    and so is the cache folder of one fetched sample by sample (``cache.py``)."""
+    given = [name for name, value in (("cache", cache), ("cache_bytes", cache_bytes),
+                                      ("storage_options", storage_options), ("retry", retry), ("fetch", fetch))
+             if value is not None]
+    if given:
+        *rest, last = given         # no negative index: this module is compiled without wraparound
+        names = f"{', '.join(rest)} and {last}" if rest else last
+        raise ValueError(f"{names} {'are' if rest else 'is'} for a pack at a URL, received a local path "
+                         f"{path!r}")
+    folder = os.path.abspath(os.fspath(path))
+    refuse_as_local(folder)
+    return folder
+
+
+def opened_manifest(str folder, where, str expected):
+    """``(manifest, sha256)`` of the pack in ``folder`` (``where``: as the user named it);
+    with ``expected`` (unpickling), a pack whose manifest is not that one is refused: serving
+    it would mix two datasets in one stream."""
+    try:
+        manifest, digest = open_manifest(folder)
+    except PackError as error:
+        if expected is None:
+            raise
+        raise PackError(f"{where} was replaced or removed since it was opened (manifest SHA-256 "
+                        f"{expected}): {error}; open it again") from None
+    if expected is not None and digest != expected:
+        raise PackError(f"{where} was replaced since it was opened: manifest SHA-256 {digest}, "
+                        f"expected {expected}; open it again")
+    return manifest, digest
+
+
+def conversion(str folder, str kind, mean, std):
+    """The float32 constants the fetch step converts ``kind`` pixels with (§6, D15): zeros
+    for float32 pixels (served as stored, which take no mean or std)."""
+    if kind == "float32" and (mean is not None or std is not None):
+        raise ValueError(f"{folder} holds float32 pixels, served as stored: pass neither mean nor std, "
+                         f"received mean={mean!r}, std={std!r}")
+    if kind != "float32" and (mean is None or std is None):
+        raise ValueError(f"{folder} holds {kind} pixels: give mean= and std= for §6's conversion, "
+                         f"received mean={mean!r}, std={std!r}")
+    return (np.zeros(6, dtype=np.float32) if kind == "float32"
+            else planar_constants(mean, std, 1 if kind == "gray8" else 3))
 
 
 cdef cnp.ndarray sealed(array, int typenum):
@@ -132,9 +181,9 @@ cdef class PackedImageDataset(PackedSource):
     """
     cdef readonly Py_ssize_t count
     cdef readonly str path
-    # A pack read from a URL (data/packremote.py), as given; else None.
+    # A pack read from a URL (remote.py), as given; else None.
     cdef readonly object url, cache, cache_bytes, storage_options, retry, fetch
-    # Its RemoteSamples when the pack is fetched sample by sample (data/packexact.py); else None.
+    # Its RemoteSamples when the pack is fetched sample by sample (exact.py); else None.
     cdef readonly object remote
     cdef readonly str manifest_sha256   # the content identity (docs/packed-format.md, "Identity")
     cdef readonly str pixel_kind        # "gray8", "rgb8" or "float32"
@@ -158,7 +207,9 @@ cdef class PackedImageDataset(PackedSource):
 
     cdef _open(self, path, mean, std, verify, resident_limit, str expected, cache, cache_bytes, storage_options,
                retry, fetch):
-        """``__init__``; ``expected`` (unpickling) is the manifest SHA-256 the pack must still have."""
+        """``__init__``; ``expected`` (unpickling) is the manifest SHA-256 the pack must still have.
+        The URL half (``_fetched``) or a local path's checks (``local_folder``) give the
+        folder, the folder half (``_open_folder``) opens the pack in it."""
         if self._claimed:
             raise RuntimeError("PackedImageDataset.__init__ was already called on this dataset (workers may "
                                "be reading its storage); open a new one")
@@ -170,58 +221,38 @@ cdef class PackedImageDataset(PackedSource):
             raise ValueError("resident_limit must be a positive number of bytes, or None (never release), "
                              "received 0")
         if _is_url(path):
-            # verify="full" hashes every pixel file: only a whole copy can be checked so.
-            if fetch is None:
-                fetch = "whole" if verify == "full" else "exact"
-            if fetch not in FETCH:
-                raise ValueError(f"fetch must be one of {FETCH}, received {fetch!r}")
-            if verify == "full" and fetch != "whole":
-                raise ValueError(f"verify='full' hashes every pixel file whole: it needs fetch='whole' (or no "
-                                 f"fetch), received fetch={fetch!r}")
-            # Fetched into the local cache (or found there), then read as any pack on disk.
-            folder = _fetch(path, cache, cache_bytes, storage_options, retry, whole=fetch == "whole")
-            self.fetch = fetch
-            # Copied (the top level): the caller's dict changed later does not change what a worker reopens.
-            self.url, self.cache, self.cache_bytes = path, cache, cache_bytes
-            self.storage_options = None if storage_options is None else dict(storage_options)
-            self.retry = None if retry is None else dict(retry)
+            folder = self._fetched(path, verify, cache, cache_bytes, storage_options, retry, fetch)
         else:
-            given = [name for name, value in (("cache", cache), ("cache_bytes", cache_bytes),
-                                              ("storage_options", storage_options), ("retry", retry),
-                                              ("fetch", fetch))
-                     if value is not None]
-            if given:
-                *rest, last = given         # no negative index: this module is compiled without wraparound
-                names = f"{', '.join(rest)} and {last}" if rest else last
-                raise ValueError(f"{names} {'are' if rest else 'is'} for a pack at a URL, received a local path "
-                                 f"{path!r}")
-            # Absolute now: a later os.chdir cannot change which folder a pickled copy reopens
-            # (a symbolic link pointed elsewhere since is refused by the manifest's digest).
-            folder = os.path.abspath(os.fspath(path))
-            if os.path.exists(os.path.join(folder, _PRESENT_MAP)):
-                raise PackError(f"{folder}: the cache of a pack at a URL whose samples are fetched as they are "
-                                f"needed (not all are here): open the URL (PackedImageDataset(url, cache=...))")
-        where = folder if self.url is None else path     # what the user named
-        try:
-            manifest, digest = open_manifest(folder)
-        except PackError as error:
-            if expected is None:
-                raise
-            raise PackError(f"{where} was replaced or removed since it was opened (manifest SHA-256 "
-                            f"{expected}): {error}; open it again") from None
-        if expected is not None and digest != expected:
-            # Another pack at the same path: serving it would mix two datasets in one stream.
-            raise PackError(f"{where} was replaced since it was opened: manifest SHA-256 {digest}, "
-                            f"expected {expected}; open it again")
+            folder = local_folder(path, cache, cache_bytes, storage_options, retry, fetch)
+        self._open_folder(folder, path, mean, std, verify, limit, expected)
+
+    cdef str _fetched(self, path, verify, cache, cache_bytes, storage_options, retry, fetch):
+        """The URL half of ``_open``: the pack at ``path`` fetched into the local cache (or
+        found there), and what a pickled copy reopens it with kept; its local folder."""
+        # verify="full" hashes every pixel file: only a whole copy can be checked so.
+        if fetch is None:
+            fetch = "whole" if verify == "full" else "exact"
+        if fetch not in FETCH:
+            raise ValueError(f"fetch must be one of {FETCH}, received {fetch!r}")
+        if verify == "full" and fetch != "whole":
+            raise ValueError(f"verify='full' hashes every pixel file whole: it needs fetch='whole' (or no "
+                             f"fetch), received fetch={fetch!r}")
+        # Fetched into the local cache (or found there), then read as any pack on disk.
+        folder = _fetch(path, cache, cache_bytes, storage_options, retry, whole=fetch == "whole")
+        self.fetch = fetch
+        # Copied (the top level): the caller's dict changed later does not change what a worker reopens.
+        self.url, self.cache, self.cache_bytes = path, cache, cache_bytes
+        self.storage_options = None if storage_options is None else dict(storage_options)
+        self.retry = None if retry is None else dict(retry)
+        return folder
+
+    cdef _open_folder(self, str folder, path, mean, std, verify, limit, str expected):
+        """The folder half of ``_open``: the pack in ``folder`` (``path`` as given) checked,
+        its index sealed, its pixels mapped; for a pack at a URL fetched sample by sample,
+        what fetches them (``remote``)."""
+        manifest, digest = opened_manifest(folder, folder if self.url is None else path, expected)
         kind = manifest["pixels"]
-        if kind == "float32" and (mean is not None or std is not None):
-            raise ValueError(f"{folder} holds float32 pixels, served as stored: pass neither mean nor std, "
-                             f"received mean={mean!r}, std={std!r}")
-        if kind != "float32" and (mean is None or std is None):
-            raise ValueError(f"{folder} holds {kind} pixels: give mean= and std= for §6's conversion, "
-                             f"received mean={mean!r}, std={std!r}")
-        convert = (np.zeros(6, dtype=np.float32) if kind == "float32"
-                   else planar_constants(mean, std, 1 if kind == "gray8" else 3))
+        convert = conversion(folder, kind, mean, std)
         if manifest["format"] == _SHARDED:
             opened = open_shards(folder, manifest, verify)
             pixels, starts = map_pixel_files([shard_arrays["pixels"] for _, shard_arrays in opened])
@@ -233,8 +264,8 @@ cdef class PackedImageDataset(PackedSource):
             self.shards = ()
         self._install(arrays, convert)
         if self.url is not None and is_exact(folder):
-            self.remote = RemoteSamples(folder, path, storage_options, retry_policy(retry))
-            if fetch == "background" and expected is None:     # the opener's, not every worker's
+            self.remote = RemoteSamples(folder, path, self.storage_options, retry_policy(self.retry))
+            if self.fetch == "background" and expected is None:     # the opener's, not every worker's
                 self.remote.fill()
         self.path, self.manifest, self.pixel_kind = folder, manifest, kind
         self.manifest_sha256 = digest
@@ -299,6 +330,19 @@ cdef class PackedImageDataset(PackedSource):
     cdef int ensure_samples(self, object indices, Py_ssize_t lo, Py_ssize_t hi) except -1:
         if self.remote is not None:
             self.remote.ensure(indices[lo:hi])
+        return 0
+
+    cdef bint reads_ahead(self) except -1:
+        return self.remote is not None
+
+    cdef int read_ahead(self, object indices) except -1:
+        if self.remote is not None:
+            self.remote.ahead(indices)
+        return 0
+
+    cdef int stop_read_ahead(self) except -1:
+        if self.remote is not None:
+            self.remote.cancel()
         return 0
 
     cdef int release_mapping(self) except -1:
@@ -428,60 +472,6 @@ cdef int ready(PackedImageDataset dataset) except -1:
 
 def float32_text(values, channels):
     return "[" + ", ".join(str(v) for v in per_channel(values, channels)) + "]"
-
-
-@cython.final
-cdef class PixelFiles:
-    """One read-only range of address space holding several ``pixels.npy`` files back to
-    back, each mapped whole from a page boundary; unmapped when the last array over it goes.
-
-    The fetch step reads a pack through one pixels pointer (``PackedImages``): a sharded
-    pack is served as one array over its shards' files (headers and page padding between
-    them are never pointed at), each shard's offsets shifted by where its data lies."""
-    cdef char* base
-    cdef size_t length
-
-    def __dealloc__(self):
-        if self.base != NULL:
-            munmap(self.base, self.length)
-
-
-def map_pixel_files(list maps):
-    """The files behind ``maps`` (each shard's checked ``np.memmap`` of its ``pixels.npy``)
-    mapped read-only, back to back, into one reserved range: ``(array over the range of the
-    maps' dtype, [element index of each file's first pixel in it])``. Each file is mapped
-    at the size its check saw, so a file that changed size since is refused here."""
-    cdef size_t page = <size_t>sysconf(_SC_PAGESIZE)
-    cdef size_t length = 0
-    cdef void* placed
-    cdef PixelFiles owner = PixelFiles()
-    dtype = maps[0].dtype
-    starts, sizes = [], []
-    for pixels in maps:
-        size = <size_t>(pixels.offset + pixels.nbytes)       # header + data: the whole checked file
-        starts.append(length)
-        sizes.append(size)
-        length += (size + page - 1) // page * page
-    placed = mmap(NULL, length, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
-    if placed == MAP_FAILED:
-        raise OSError(f"reserving {length} bytes of address space for the pixels of {len(maps)} shards failed")
-    owner.base, owner.length = <char*>placed, length
-    for pixels, start, size in zip(maps, starts, sizes):
-        fd = os.open(pixels.filename, os.O_RDONLY)
-        try:
-            if os.fstat(fd).st_size != size:
-                raise PackError(f"{pixels.filename}: holds {os.fstat(fd).st_size} bytes, {size} when it was "
-                                f"checked (changed while the pack was being opened)")
-            placed = mmap(owner.base + <size_t>start, size, PROT_READ, MAP_SHARED | MAP_FIXED, fd, 0)
-            if placed == MAP_FAILED:
-                raise OSError(f"mapping {pixels.filename} failed")
-        finally:
-            os.close(fd)
-    cdef cnp.npy_intp count = <cnp.npy_intp>(length // dtype.itemsize)
-    cdef cnp.ndarray array = cnp.PyArray_SimpleNewFromData(1, &count, dtype.num, owner.base)
-    cnp.PyArray_CLEARFLAGS(array, cnp.NPY_ARRAY_WRITEABLE)
-    cnp.set_array_base(array, owner)       # the range lives as long as the array
-    return array, [(start + pixels.offset) // dtype.itemsize for pixels, start in zip(maps, starts)]
 
 
 def reopen(path, mean, std, verify, resident_limit, str manifest_sha256 not None, cache=None, cache_bytes=None,

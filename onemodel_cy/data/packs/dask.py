@@ -1,4 +1,4 @@
-"""The shard tasks of a sharded pack (``packshards.py``) on Dask: ``pack_sharded(..., engine="dask")``.
+"""The shard tasks of a sharded pack (``sharded.py``) on Dask: ``pack_sharded(..., engine="dask")``.
 
 Why Dask rather than Ray Data (docs/packed-format.md, "Writing a sharded pack"): a shard
 task is one plain function call on one partition, which ``Client.submit`` runs as it is,
@@ -6,15 +6,16 @@ with retries and rescheduling when a worker process dies; ``dask.distributed`` i
 Python, installs with pip in a fresh venv (about 45 MB with what it brings) and starts a
 ``LocalCluster`` of processes in seconds, where Ray brings a native runtime with its own
 object store and daemon processes, and Ray Data's datasets of rows, which this writer has
-no use for. Nothing of the package imports this module unless an engine is
-asked for: ``dask`` is the optional ``distributed`` extra.
+no use for. Nothing of the package imports this module unless an engine is asked for:
+``dask`` is the optional ``distributed`` extra. (This module is ``onemodel_cy.data.packs.dask``:
+``import dask`` in it is the Dask package, imports being absolute.)
 """
 from __future__ import annotations
 
 import logging
 import os
 
-from onemodel_cy.data.pack import with_progress
+from onemodel_cy.data.packs.writer import with_progress
 
 # A task that raises is run again this many times (a passing fault of a shared file system,
 # a worker short of memory) before the pack fails; a task whose worker process dies is

@@ -7,7 +7,7 @@ counts and manifest SHA-256. Writing one takes three steps:
 1. ``plan`` (the caller): read what says which items there are (the labels file, the
    dataset's length), fix the vocabulary once, so that every shard gives a symbol the same
    id, and cut the items into ``shards`` partitions: a ``ShardJob`` each.
-2. ``write_shard`` (a task, here or on an engine's worker: ``packdask.py``): one partition
+2. ``write_shard`` (a task, here or on an engine's worker: ``dask.py``): one partition
    written as a plain pack by the pack writer, inside the sharded pack's partial folder,
    published there under its name by the writer's own rename. A failed attempt removes
    its files; one whose process died leaves a hidden folder that step 3 removes.
@@ -28,9 +28,10 @@ import secrets
 import shutil
 import time
 
-from onemodel_cy.data.pack import (PackReport, _PackWriter, add_note, publish, recorded_vocabulary, remove_path,
-                                   sync_folder, with_progress)
-from onemodel_cy.data.packfmt import INT32_END, SHARDED_FORMAT, VERSION, open_manifest, write_manifest
+from onemodel_cy.core.validate import note_exception
+from onemodel_cy.data.packs.format import INT32_END, SHARDED_FORMAT, VERSION, open_manifest, write_manifest
+from onemodel_cy.data.packs.publish import publish, remove_path, sync_folder
+from onemodel_cy.data.packs.writer import PackReport, _PackWriter, recorded_vocabulary, with_progress
 from onemodel_cy.data.vocabulary import with_blank
 
 ENGINES = ("local", "dask")
@@ -55,10 +56,10 @@ class ShardJob:
     def samples(self):
         """``(stream of checked samples, skipped list)`` of this partition, as ``pack`` reads them."""
         if self.source == "folder":
-            from onemodel_cy.data.packsources import decoded
+            from onemodel_cy.data.packs.sources import decoded
             skipped = []
             return decoded(self.entries, self.ids, self.height, self.mode, self.threads, skipped), skipped
-        from onemodel_cy.data.packsources import dataset_samples
+        from onemodel_cy.data.packs.sources import dataset_samples
         return dataset_samples(self.dataset, self.start, self.stop)
 
     def describe(self) -> str:
@@ -84,7 +85,7 @@ def write_shard(folder: str, job: ShardJob) -> dict:
         count, _ = writer.finish(job.vocabulary, job.source)
     except BaseException as error:
         writer.abort(error)
-        add_note(error, f"while writing shard {job.name} ({job.describe()})")
+        note_exception(error, f"while writing shard {job.name} ({job.describe()})")
         raise
     return {"name": job.name, "count": count, "skipped": skipped}
 
@@ -95,7 +96,7 @@ def plan(source, shards, *, labels, height, mode, vocabulary, workers, engine):
     if isinstance(source, (str, os.PathLike)):
         if labels is None:
             raise TypeError("packing a folder needs labels= (a file of 'name<TAB>text' lines)")
-        from onemodel_cy.data.packsources import decode_threads, folder_plan
+        from onemodel_cy.data.packs.sources import decode_threads, folder_plan
         entries, ids, symbols, skipped = folder_plan(source, labels, height, mode, vocabulary)
         # On an engine its workers are the parallelism: one decoding thread per task by default.
         threads = decode_threads(workers, default=1 if engine != "local" else None)
@@ -186,19 +187,7 @@ def pack_sharded(source, out, *, shards, engine="local", engine_workers=None, la
     started = time.perf_counter()
     if type(shards) is not int or shards < 1:
         raise ValueError(f"shards must be an integer >= 1, received {shards!r}")
-    client = None
-    if isinstance(engine, str) and "://" in engine:        # a Dask scheduler's address
-        client, engine = engine, "dask"
-    elif engine is None or isinstance(engine, str):
-        if (engine or "local") not in ENGINES:
-            raise ValueError(f"engine must be one of {ENGINES}, a Dask scheduler's address (tcp://host:port) or a "
-                             f"dask.distributed Client, received {engine!r}")
-        engine = engine or "local"
-    else:
-        client, engine = engine, "dask"
-    if engine_workers is not None and (engine != "dask" or client is not None):
-        raise ValueError(f"engine_workers is the size of the LocalCluster engine='dask' starts; received "
-                         f"engine_workers={engine_workers!r} with engine={engine if client is None else client!r}")
+    engine, client = engine_of(engine, engine_workers)
     out = os.path.abspath(os.fspath(out))
     if os.path.lexists(out) and not overwrite:
         raise FileExistsError(f"{out}: already exists (pass overwrite=True / --overwrite to replace it)")
@@ -212,7 +201,7 @@ def pack_sharded(source, out, *, shards, engine="local", engine_workers=None, la
         if engine == "local":
             results = [write_shard(folder, job) for job in with_progress(jobs, len(jobs), progress, "shard")]
         else:
-            from onemodel_cy.data.packdask import run_on_dask
+            from onemodel_cy.data.packs.dask import run_on_dask
             results = run_on_dask(write_shard, folder, jobs, client=client, workers=engine_workers,
                                   progress=progress)
         count, written, size = finish(folder, out, results, symbols, name, overwrite)
@@ -222,6 +211,25 @@ def pack_sharded(source, out, *, shards, engine="local", engine_workers=None, la
     skipped = skipped + [item for result in results for item in result["skipped"]]
     return PackReport(out, count, skipped, time.perf_counter() - started, size,
                       None if symbols is None else with_blank(symbols), shards=written)
+
+
+def engine_of(engine, engine_workers) -> tuple:
+    """``(engine, client)``: ``"local"`` or ``"dask"``, and the Dask client or scheduler
+    address to run on (None: a ``LocalCluster`` of ``engine_workers`` started here)."""
+    client = None
+    if isinstance(engine, str) and "://" in engine:        # a Dask scheduler's address
+        client, engine = engine, "dask"
+    elif engine is None or isinstance(engine, str):
+        if (engine or "local") not in ENGINES:
+            raise ValueError(f"engine must be one of {ENGINES}, a Dask scheduler's address (tcp://host:port) or a "
+                             f"dask.distributed Client, received {engine!r}")
+        engine = engine or "local"
+    else:
+        client, engine = engine, "dask"
+    if engine_workers is not None and (engine != "dask" or client is not None):
+        raise ValueError(f"engine_workers is the size of the LocalCluster engine='dask' starts; received "
+                         f"engine_workers={engine_workers!r} with engine={engine if client is None else client!r}")
+    return engine, client
 
 
 def abandon(folder: str) -> None:

@@ -3,10 +3,10 @@ is about to read, each checked against its SHA-256 before anything reads it.
 
 A pack whose manifest (every shard's, for a sharded pack) lists ``sample_sha256`` and that
 lies behind an asynchronous fsspec filesystem (``http(s)://``, ``s3://``, ...) is cached as
-an *exact* folder (``packremote.fetch``): every file fetched whole but the pixels, and each
-``pixels.npy`` a sparse file of its full size holding only its header, beside ``present``,
-one byte per sample (1 once the sample's bytes are in place). The dataset maps that folder
-as any pack; :class:`RemoteSamples` fills it:
+an *exact* folder (``remote.fetch``; its layout is ``cache.py``'s): every file fetched
+whole but the pixels, and each ``pixels.npy`` a sparse file of its full size holding only
+its header, beside ``present``, one byte per sample (1 once the sample's bytes are in
+place). The dataset maps that folder as any pack; :class:`RemoteSamples` fills it:
 
 - ``ensure(indices)`` (the fetch step, before it reads a batch's pixels; ``get_sample``)
   returns once every one of those samples is present: the missing ones are fetched now,
@@ -20,7 +20,7 @@ as any pack; :class:`RemoteSamples` fills it:
   beside what the steps ask for.
 
 Every request runs on fsspec's event loop (its own thread: nothing here starts one), cut
-at the retry policy's timeout and retried as ``packremote.request_async`` says. A sample
+at the retry policy's timeout and retried as ``remote.request_async`` says. A sample
 is written into the sparse file only after its bytes hash to its recorded SHA-256, and
 marked present only after all of it is written; only the sample's own bytes are written,
 never the gap bytes a coalesced request brought along. The files are shared: worker
@@ -40,13 +40,12 @@ import weakref
 
 import numpy as np
 
-from onemodel_cy.data.packfmt import SHARDED_FORMAT, PackError, read_manifest
-from onemodel_cy.data.packremote import CLAIMS_MAP, EXACT, PRESENT_MAP, request_async
+from onemodel_cy.data.packs.cache import PRESENT, open_maps
+from onemodel_cy.data.packs.format import SHARDED_FORMAT, PackError, read_manifest
+from onemodel_cy.data.packs.remote import CHUNK, check_range, request_async
 
-MISSING, PRESENT = 0, 1     # a sample's byte in `present`
 POLL = 0.002                # seconds between two looks at samples another process is fetching
 GAP = 64 << 10              # bytes between two samples that one request still spans
-CHUNK = 4 << 20             # bytes per request at most (a sample larger than this is one request)
 FILL_CHUNK = 16 << 20       # the same for fill(): fewer, larger requests (a store may cost per request)
 REQUESTS = 64               # requests in flight per process
 PENDING = 64                # read-ahead fetches waiting per process; more are not queued
@@ -78,14 +77,9 @@ class RemoteSamples:
         self.file = np.concatenate(files)
         self.digests = digests[0] if len(digests) == 1 else np.concatenate(digests)
         self.first = np.cumsum([0] + [d.shape[0] for d in digests])     # each shard's first global index
-        self.present = np.memmap(os.path.join(folder, PRESENT_MAP), dtype=np.uint8, mode="r+")
-        # The process fetching each sample (0: none): the others wait for it rather than ask for
-        # it too, unless that process has ended (a crash, a worker stopped mid-fetch).
-        self.claims = np.memmap(os.path.join(folder, CLAIMS_MAP), dtype=np.int32, mode="r+")
-        if not self.present.shape[0] == self.claims.shape[0] == self.start.shape[0]:
-            raise PackError(f"{folder}: {PRESENT_MAP} and {CLAIMS_MAP} hold {self.present.shape[0]} and "
-                            f"{self.claims.shape[0]} entries for {self.start.shape[0]} samples (a damaged cache "
-                            f"folder: remove it)")
+        # `claims`: the process fetching each sample (0: none): the others wait for it rather
+        # than ask for it too, unless that process has ended (a crash, a worker stopped mid-fetch).
+        self.present, self.claims = open_maps(folder, self.start.shape[0])
         # Opened now: a cache that evicts this folder unlinks its files, and what is open
         # stays writable (as its mapping stays readable). A forked child shares them.
         self._fds = [os.open(local, os.O_WRONLY) for _, _, local in self.files]
@@ -253,9 +247,7 @@ class RemoteSamples:
                             f"(the manifest lists it; the pack was removed or changed at its URL)") from None
         self.requests += 1
         self.bytes_fetched += len(block)
-        if len(block) != end - start:
-            raise PackError(f"{url}: answered {len(block)} bytes to a request for bytes {start}-{end - 1}; the "
-                            f"server must serve byte ranges (HTTP Range requests)")
+        check_range(url, block, start, end)     # at least end - start bytes came (request_async)
         view, failure = memoryview(block), None
         for i in samples:           # each good sample kept, the first bad one raised after
             lo = int(self.start[i]) - start
@@ -331,11 +323,3 @@ def close_all(fds: list) -> None:
             pass
     fds.clear()
 
-
-def is_exact(folder: str) -> bool:
-    """Whether the cache folder ``folder`` is an exact folder (its name says; its maps must be there)."""
-    named = folder.endswith(EXACT)
-    if named and not all(os.path.isfile(os.path.join(folder, name)) for name in (PRESENT_MAP, CLAIMS_MAP)):
-        raise PackError(f"{folder}: an exact cache folder without its {PRESENT_MAP} and {CLAIMS_MAP} (removed "
-                        f"meanwhile, or damaged): open the URL again")
-    return named

@@ -11,21 +11,19 @@ is listed in the returned :class:`PackReport`.
 """
 from __future__ import annotations
 
-import ctypes
 import dataclasses
-import errno
 import hashlib
 import os
 import secrets
 import shutil
-import sys
 import time
 
 import numpy as np
 
-import onemodel_cy.data.packfmt as _packfmt
-from onemodel_cy.data.packfmt import (DIGEST_BYTES, FORMAT, HEADER_BYTES, VERSION, PackError, array_entry, npy_header,
-                                      sync, write_manifest, write_npy)
+from onemodel_cy.core.validate import note_exception
+from onemodel_cy.data.packs.format import (DIGEST_BYTES, FORMAT, HEADER_BYTES, VERSION, PackError, array_entry,
+                                           npy_header, sync, write_manifest, write_npy)
+from onemodel_cy.data.packs.publish import publish
 from onemodel_cy.data.vocabulary import with_blank
 
 __all__ = ["pack", "PackReport", "PackError"]
@@ -87,7 +85,7 @@ class _PackWriter:
         self.targets, self.target_ends = [], [0]
 
     def add(self, image: np.ndarray, target: np.ndarray, label: int, key: bytes | None) -> None:
-        """One sample, already checked (``packsources``): uint8 [H, W] / [H, W, 3] or float32
+        """One sample, already checked (``sources.py``): uint8 [H, W] / [H, W, 3] or float32
         [C, H, W] of either byte order (stored little-endian), an int label, a UTF-8 key."""
         if image.dtype == np.uint8:
             kind = "gray8" if image.ndim == 2 else "rgb8"
@@ -152,123 +150,11 @@ class _PackWriter:
         except Exception as close_error:
             if error is None:
                 raise
-            add_note(error, f"closing {self.pixels.name} failed too: {close_error!r}")
+            note_exception(error, f"closing {self.pixels.name} failed too: {close_error!r}")
         finally:
             shutil.rmtree(self.tmp, ignore_errors=True)
-            if os.path.lexists(self.tmp):
-                add_note(error, f"the partial folder {self.tmp} could not be removed")
-
-
-def publish(tmp: str, out: str, overwrite: bool) -> None:
-    """Rename the finished folder ``tmp`` (a pack, a shard, a sharded pack) to ``out`` in one
-    step that never replaces what is there, unless ``overwrite`` (then what is there is
-    moved aside first and removed once the new pack is in place and the rename on the disk)."""
-    moved = []
-    if not overwrite:
-        try:
-            rename_exclusive(tmp, out)
-        except FileExistsError:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise FileExistsError(
-                f"{out}: another writer published it while this pack was being written; it was "
-                f"left as it is, and this writer's partial folder {tmp} was removed (pass "
-                f"overwrite=True / --overwrite to replace it)") from None
-    else:
-        moved = publish_replacing(tmp, out)
-    try:
-        sync_folder(os.path.dirname(out))      # the rename itself reaches the disk
-    finally:
-        for aside in moved:
-            remove_path(aside)
-
-
-def publish_replacing(tmp: str, out: str) -> list:
-    """Move what lies at ``out`` aside and publish exclusively, again until it succeeds,
-    so a writer that moved a pack aside never leaves ``out`` empty: when two writers
-    replace one pack, the last to publish wins and the other's pack is removed, never
-    both. The folders moved aside, to remove."""
-    moved = []
-    try:
-        for attempt in range(PUBLISH_ATTEMPTS):
-            try:
-                rename_exclusive(tmp, out)
-                return moved
-            except FileExistsError:
-                pass
-            aside = f"{tmp}.replaced-{attempt}"
-            try:
-                os.rename(out, aside)
-            except FileNotFoundError:       # another writer moved it aside first: publish again
-                continue
-            moved.append(aside)
-        raise FileExistsError(f"{out}: other writers kept publishing here; {PUBLISH_ATTEMPTS} "
-                              f"attempts to replace it failed, and this writer's partial folder was removed")
-    except BaseException:
-        # Put the newest pack moved aside back while the place is still empty: a failed
-        # replace loses nothing that was published.
-        if moved:
-            try:
-                rename_exclusive(moved.pop(), out)
-            except OSError:
-                pass
-        for aside in moved:
-            remove_path(aside)
-        raise
-
-
-PUBLISH_ATTEMPTS = 100
-
-# renameat2(2) with RENAME_NOREPLACE (Linux 3.15+, glibc 2.28+): an atomic rename that fails
-# with EEXIST instead of replacing the destination.
-AT_FDCWD, RENAME_NOREPLACE = -100, 1
-
-
-def load_renameat2():
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        function = ctypes.CDLL(None, use_errno=True).renameat2
-    except (OSError, AttributeError):          # a libc without it (musl before 1.2.5, old glibc)
-        return None
-    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    function.restype = ctypes.c_int
-    return function
-
-
-renameat2 = load_renameat2()
-
-
-def rename_exclusive(src: str, dst: str) -> None:
-    """Rename the folder ``src`` to ``dst`` in one step, or raise FileExistsError if ``dst``
-    exists: never replace it."""
-    if renameat2 is not None:
-        if renameat2(AT_FDCWD, os.fsencode(src), AT_FDCWD, os.fsencode(dst), RENAME_NOREPLACE) == 0:
-            return
-        code = ctypes.get_errno()
-        if code not in (errno.ENOSYS, errno.EINVAL):    # EINVAL: a file system without the flag
-            raise OSError(code, os.strerror(code), src, None, dst)     # EEXIST: a FileExistsError
-    # Portable: a folder renamed onto a file or a non-empty folder fails (ENOTDIR, ENOTEMPTY
-    # or EEXIST; Windows refuses any existing name), but it silently replaces an empty
-    # folder: that one is refused first (one appearing between the check and the rename is
-    # replaced, which loses no data).
-    if os.path.lexists(dst):
-        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), dst)
-    try:
-        os.rename(src, dst)
-    except OSError as error:
-        if error.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR) and os.path.lexists(dst):
-            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), dst) from error
-        raise
-
-
-def remove_path(path: str) -> None:
-    if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        try:
-            os.remove(path)
-        except OSError:
-            pass
+            if error is not None and os.path.lexists(self.tmp):
+                note_exception(error, f"the partial folder {self.tmp} could not be removed")
 
 
 def close_quietly(f) -> None:
@@ -276,22 +162,6 @@ def close_quietly(f) -> None:
         f.close()
     except OSError:
         pass
-
-
-def add_note(error: BaseException, note: str) -> None:
-    if hasattr(error, "add_note"):              # Python 3.11+
-        error.add_note(note)
-
-
-def sync_folder(folder: str) -> None:
-    """fsync a folder (its entries), where the platform allows opening one."""
-    if not _packfmt.FSYNC or not hasattr(os, "O_DIRECTORY"):
-        return
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def pack(source, out, *, labels=None, height=32, mode="L", vocabulary=None, workers=None,
@@ -338,15 +208,15 @@ def pack(source, out, *, labels=None, height=32, mode="L", vocabulary=None, work
         if isinstance(source, (str, os.PathLike)):
             if labels is None:
                 raise TypeError("packing a folder needs labels= (a file of 'name<TAB>text' lines)")
-            from onemodel_cy.data.packsources import folder_samples
+            from onemodel_cy.data.packs.sources import folder_samples
             items, skipped, vocab, total = folder_samples(source, labels, height, mode, vocabulary, workers)
             name = "folder"
         elif hasattr(source, "get_sample"):
-            from onemodel_cy.data.packsources import dataset_samples
+            from onemodel_cy.data.packs.sources import dataset_samples
             items, skipped, total, name = (*dataset_samples(source), len(source), "dataset")
             vocab = recorded_vocabulary(vocabulary)
         else:
-            from onemodel_cy.data.packsources import iterable_samples
+            from onemodel_cy.data.packs.sources import iterable_samples
             items, skipped, total, name = (*iterable_samples(source), None, "iterable")
             vocab = recorded_vocabulary(vocabulary)
         for image, target, label, key in with_progress(items, total, progress):
@@ -364,7 +234,7 @@ def recorded_vocabulary(vocabulary):
     are already symbols)."""
     if vocabulary is None:
         return None
-    from onemodel_cy.data.packsources import symbol_table
+    from onemodel_cy.data.packs.sources import symbol_table
     return symbol_table(vocabulary, ())
 
 

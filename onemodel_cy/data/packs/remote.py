@@ -6,22 +6,20 @@ pack: the fetch step, the packed lane and worker processes then read a local fil
 the local pack's bytes. The copy is whole (every file the manifest lists, each checked
 against the manifest's size and SHA-256 while it is written: a short or changed file is a
 ``PackError`` naming its URL, and nothing of it stays in the cache), or *exact*: every
-file but the pixels, which ``packexact.py`` fetches sample by sample as the loader needs
+file but the pixels, which ``exact.py`` fetches sample by sample as the loader needs
 them (a pack recording ``sample_sha256``, on an asynchronous filesystem, unless
-``verify="full"``). A cached pack is named by its manifest's SHA-256: a pack replaced at
-the URL is fetched again, never mixed with the old one. ``storage_options`` go to fsspec
-as they are (an S3 endpoint, credentials).
+``verify="full"``). Where each lies in the cache, and how the cache stays within its
+bound, is ``cache.py``'s. ``storage_options`` go to fsspec as they are (an S3 endpoint,
+credentials).
 
 Every request (a manifest, or a range of at most ``CHUNK`` bytes of an array file) is cut
 after ``timeout`` seconds and tried up to ``attempts`` times, waiting ``backoff`` seconds
 before the second try and twice as long before each next one: an HTTP 5xx, a dropped
 connection, a short answer and a stall are each retried, then reported as a ``PackError``
 naming the file's URL, the last failure and the number of attempts. A missing file is
-reported at once. A range is written only once all its bytes have arrived.
-
-The cache is bounded: before a pack is fetched, the packs least recently opened are
-removed until it fits in ``cache_bytes`` (a process still mapping a removed pack keeps
-reading its unlinked files).
+reported at once. A range is written only once all its bytes have arrived, and a store
+that answers a range with more bytes than asked for (the whole file: it ignores byte
+ranges) is refused at once (``check_range``).
 """
 from __future__ import annotations
 
@@ -36,16 +34,14 @@ import shutil
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from onemodel_cy.data.packfmt import MANIFEST, SHARDED_FORMAT, PackError, open_manifest
+from onemodel_cy.data.packs import cache as _cache
+from onemodel_cy.data.packs.format import MANIFEST, SHARDED_FORMAT, PackError, open_manifest
 
 URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
-DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "onemodel_cy", "packs")
-DEFAULT_CACHE_BYTES = 64 << 30
-EXACT = "-exact"             # the name of an exact folder: the manifest's SHA-256 and this
-PRESENT_MAP = "present"      # an exact folder's map of fetched samples (packexact.py; not part of the format)
-CLAIMS_MAP = "claims"        # ... and of the process fetching each
 OPENING = 64                 # requests at once while a pack is opened
-CHUNK = 4 << 20              # bytes per request: a few requests per file, little memory, a short retry
+# Bytes per request at most, a whole file's range or a run of samples (exact.py; a sample
+# larger than this is one request): a few requests per file, little memory, a short retry.
+CHUNK = 4 << 20
 MAX_WAIT = 60.0              # seconds: the doubling wait stops growing here, so many attempts stay bounded
 JITTER = random.Random()     # its own: the waits draw nothing from a caller's seeded `random`
 
@@ -88,17 +84,14 @@ def is_url(path) -> bool:
 
 def fetch(url: str, cache=None, cache_bytes=None, storage_options=None, retry=None, whole=False) -> str:
     """The local folder of the pack at ``url``, in ``cache``: fetched now unless it is there,
-    whole, or (unless ``whole``) as an exact folder (``packexact.py``) when the store is
+    whole, or (unless ``whole``) as an exact folder (``exact.py``) when the store is
     asynchronous and the pack records each sample's SHA-256."""
     try:
         import fsspec
     except ImportError:
         raise ImportError(f"reading a pack from {url} needs fsspec (and aiohttp for http(s), s3fs for s3): pip "
                           f"install 'onemodel-cy[remote]'") from None
-    cache = os.path.abspath(os.fspath(cache if cache is not None else DEFAULT_CACHE))
-    limit = DEFAULT_CACHE_BYTES if cache_bytes is None else cache_bytes
-    if type(limit) is not int or limit < 1:
-        raise ValueError(f"cache_bytes must be a positive number of bytes, received {cache_bytes!r}")
+    cache, limit = _cache.checked(cache, cache_bytes)
     if storage_options is not None and not (isinstance(storage_options, Mapping)
                                             and all(isinstance(key, str) for key in storage_options)):
         raise TypeError(f"storage_options must be None or a dict of fsspec options (str keys), received "
@@ -121,16 +114,15 @@ def fetch(url: str, cache=None, cache_bytes=None, storage_options=None, retry=No
 async def copy(fs, root: str, url: str, cache: str, partial: str, limit: int, retry: Retry, exact: bool) -> str:
     """``fetch`` once its arguments are checked: the pack's local folder."""
     manifest, digest = await fetch_manifest(fs, root, url, partial, retry)
-    for local in (os.path.join(cache, digest), os.path.join(cache, digest + EXACT)):
-        if os.path.isdir(local) and (exact or not local.endswith(EXACT)):   # a whole copy serves either way
-            os.utime(local)         # recently opened: evicted last
-            return local
+    local = _cache.cached(cache, digest, exact)
+    if local is not None:
+        return local
     files = await listed_files(fs, root, url, partial, manifest, retry)
     pixels = [name for name, _, _ in files if os.path.basename(name) == "pixels.npy"]
     exact = exact and len(pixels) == sum(os.path.basename(name) == "sample_sha256.npy" for name, _, _ in files)
-    local = os.path.join(cache, digest + EXACT if exact else digest)
-    need = folder_bytes(partial) + sum(size for _, size, _ in files)     # the manifests, then the arrays
-    make_room(cache, need, limit, url)
+    local = _cache.folder_of(cache, digest, exact)
+    need = _cache.folder_bytes(partial) + sum(size for _, size, _ in files)     # the manifests, then the arrays
+    _cache.make_room(cache, need, limit, url)
     base = url.rstrip("/")
     gate = asyncio.Semaphore(OPENING)       # a pack of many shards: not every file open at once
     await gather_all(bounded(gate, fetch_header(fs, f"{root}/{name}", f"{base}/{name}", os.path.join(partial, name),
@@ -140,9 +132,7 @@ async def copy(fs, root: str, url: str, cache: str, partial: str, limit: int, re
                                         sha256, retry))
                      for name, size, sha256 in files)
     if exact:
-        for name, size in ((PRESENT_MAP, 1), (CLAIMS_MAP, 4)):       # no sample yet, none claimed
-            with open(os.path.join(partial, name), "wb") as f:
-                f.truncate(manifest["count"] * size)
+        _cache.make_maps(partial, manifest["count"])
     try:
         os.rename(partial, local)   # onto an existing folder it fails: another process fetched it first
     except OSError:
@@ -173,9 +163,7 @@ async def fetch_header(fs, remote: str, url: str, path: str, size: int, retry: R
     probe = min(size, 4096)
     try:
         head = await request_async(fs, remote, url, retry, 0, probe, least=probe)
-        if len(head) > probe:       # the whole file: each sample's request would be too
-            raise PackError(f"{url}: answered {len(head)} bytes to a request for bytes 0-{probe - 1}; the server "
-                            f"must serve byte ranges (HTTP Range requests)")
+        check_range(url, head, 0, probe)        # the whole file: each sample's request would be too
         if head[:8] != b"\x93NUMPY\x01\x00" or len(head) < 10:
             raise PackError(f"{url}: does not start as a .npy version 1.0 file (received {head[:10]!r})")
         length = 10 + int.from_bytes(head[8:10], "little")
@@ -235,9 +223,7 @@ async def fetch_file(fs, remote: str, url: str, path: str, size: int, sha256: st
                 # The last range asks for one byte past the manifest's size: a file grown since is found.
                 end = size + 1 if start + CHUNK >= size else start + CHUNK
                 block = await request_async(fs, remote, url, retry, start, end, least=min(end, size) - start)
-                if len(block) > end - start:
-                    raise PackError(f"{url}: answered {len(block)} bytes to a request for bytes {start}-{end - 1}; "
-                                    f"the server must serve byte ranges (HTTP Range requests)")
+                check_range(url, block, start, end)
                 if start + len(block) > size:
                     raise PackError(f"{url}: holds more than {size} bytes, the manifest records {size} (replaced "
                                     f"after the pack was written)")
@@ -248,6 +234,14 @@ async def fetch_file(fs, remote: str, url: str, path: str, size: int, sha256: st
     if digest.hexdigest() != sha256:
         raise PackError(f"{url}: SHA-256 differs from the manifest's {sha256!r} (the file was changed after "
                         f"packing)")
+
+
+def check_range(url: str, block: bytes, start: int, end: int) -> None:
+    """A store that ignores byte ranges answers a range with more bytes than asked for (the
+    whole file): refused, not retried (every request would bring the whole file again)."""
+    if len(block) > end - start:
+        raise PackError(f"{url}: answered {len(block)} bytes to a request for bytes {start}-{end - 1}; the "
+                        f"server must serve byte ranges (HTTP Range requests)")
 
 
 def loop_of(fs):
@@ -300,25 +294,3 @@ async def read(fs, remote: str, start, end, timeout: float) -> bytes:
         return await asyncio.wait_for(fs._cat_file(remote, start=start, end=end), timeout)
     return fs.cat_file(remote, start=start, end=end)
 
-
-def make_room(cache: str, need: int, limit: int, url: str) -> None:
-    """Remove cached packs, least recently opened first, until ``need`` more bytes fit in
-    ``limit``; a pack larger than the limit is refused before anything is fetched."""
-    if need > limit:
-        raise PackError(f"{url}: the pack holds {need} bytes, more than the cache's limit of {limit} bytes "
-                        f"(cache_bytes)")
-    entries = []
-    for name in os.listdir(cache):
-        path = os.path.join(cache, name)
-        if not name.startswith(".") and os.path.isdir(path):
-            entries.append((os.path.getmtime(path), folder_bytes(path), path))
-    used = sum(size for _, size, _ in entries)
-    for _, size, path in sorted(entries):
-        if used + need <= limit:
-            break
-        shutil.rmtree(path, ignore_errors=True)
-        used -= size
-
-
-def folder_bytes(folder: str) -> int:
-    return sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(folder) for f in files)

@@ -17,7 +17,7 @@ import os
 
 import numpy as np
 
-from onemodel_cy.data.packfmt import INT32_END, PackError
+from onemodel_cy.data.packs.format import INT32_END, PackError
 from onemodel_cy.data.vocabulary import symbols_of
 
 MODES = ("L", "RGB")

@@ -1,14 +1,14 @@
-# Type stubs for the compiled module onemodel_cy.data.packed (a memory-mapped pack, docs/packed-format.md).
+# Type stubs for the compiled module onemodel_cy.data.packs.reader (a memory-mapped pack, docs/packed-format.md).
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any, SupportsIndex, final
+from typing import Any, SupportsIndex
 
 import numpy as np
 import numpy.typing as npt
 from typing_extensions import disjoint_base
 
 from onemodel_cy.data.datasets import PackedSource, Sample
-from onemodel_cy.data.packexact import RemoteSamples
+from onemodel_cy.data.packs.exact import RemoteSamples
 
 VERIFY: tuple[str, str]
 FETCH: tuple[str, str, str]
@@ -22,6 +22,14 @@ def planar_constants(mean: _Constants, std: _Constants, channels: int) -> npt.ND
 # `values` (one, or one per channel) rounded to float32, one per channel.
 def per_channel(values: _Constants, channels: int) -> npt.NDArray[np.float32]: ...
 def float32_text(values: _Constants, channels: int) -> str: ...
+# The absolute folder of a local pack; the options of a URL and a remote pack's cache folder refused.
+def local_folder(
+    path: str | os.PathLike[str], cache: Any, cache_bytes: Any, storage_options: Any, retry: Any, fetch: Any,
+) -> str: ...
+# (manifest, sha256) of the pack in `folder`; with `expected`, PackError unless the digest is that one.
+def opened_manifest(folder: str, where: Any, expected: str | None) -> tuple[dict[str, Any], str]: ...
+# The float32 [scale0..2, bias0..2] the fetch step converts `kind` pixels with (zeros for float32).
+def conversion(folder: str, kind: str, mean: _Constants | None, std: _Constants | None) -> npt.NDArray[np.float32]: ...
 
 @disjoint_base
 class PackedImageDataset(PackedSource):
@@ -43,7 +51,7 @@ class PackedImageDataset(PackedSource):
     @property
     def retry(self) -> dict[str, float] | None: ...
     # A pack fetched sample by sample (a URL, a pack with sample_sha256): what fetches them
-    # (data/packexact.py); else None.
+    # (data/packs/exact.py); else None.
     @property
     def remote(self) -> RemoteSamples | None: ...
     # A pack at a URL: "exact", "background" or "whole" (as chosen, or the default); else None.
@@ -105,13 +113,6 @@ class PackedImageDataset(PackedSource):
     def widths(self) -> npt.NDArray[np.int64]: ...
     @property
     def shapes(self) -> npt.NDArray[np.int64]: ...
-
-# One read-only range of address space over several pixels.npy files (a sharded pack's).
-@final
-class PixelFiles: ...
-
-# The files of the maps back to back in one range: (array over it, element index of each file's data).
-def map_pixel_files(maps: list[np.memmap[Any, Any]]) -> tuple[npt.NDArray[Any], list[int]]: ...
 
 # Raises PackError when the manifest's SHA-256 is not manifest_sha256.
 def reopen(
