@@ -47,7 +47,7 @@ from onemodel_cy.core.validate import note_exception
 from onemodel_cy.workers.process_link import Worker, context
 from onemodel_cy.workers.shmring import Segment, ShmRing
 from onemodel_cy.workers.taskboard import TaskBoard, board_bytes
-from onemodel_cy.workers.window import StepWindow
+from onemodel_cy.workers.window import EngineBase, StepWindow
 
 __all__ = ["ProcessEngine", "pickled_pipeline"]
 
@@ -87,11 +87,12 @@ def _remote_error(worker, g, payload):
     return error
 
 
-class ProcessEngine:
+class ProcessEngine(EngineBase):
     """A loader's worker processes and their shared ring; serves one stream at a time.
 
     An engine of ``protocol.Engine``. Driven by the consumer's thread; ``shutdown`` may
-    come from any thread.
+    come from any thread. ``skip``, ``reposition`` and ``park`` are ``EngineBase``'s, over
+    ``_drop`` and ``_refill``.
     """
 
     def __init__(self, loader, workers, start, limit):
@@ -340,8 +341,11 @@ class ProcessEngine:
     # -- the consumer's side -------------------------------------------------------------
 
     def take(self, g, timeout):
-        """Step g's batch, waiting for it; raises its build's exception, StopIteration once
-        closed, TimeoutError after ``timeout`` seconds (None: wait while a worker lives)."""
+        """Step g's batch, waiting for it; None when g is the consumer's to build (then
+        ``skip``); raises its build's exception, StopIteration once closed, TimeoutError
+        after ``timeout`` seconds (None: wait while a worker lives)."""
+        if g == self.window.local:
+            return None                 # claimed for the consumer: never posted
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._state:
             while g not in self.results:
@@ -365,31 +369,20 @@ class ProcessEngine:
             self._dispatch()
         return batch
 
-    def skip(self, g):
-        with self._state:
-            if self.window.skip(g):
-                self._dispatch()
-
     def fits(self, loader, workers):
         return (not self.closed and loader.worker_mode == "process" and loader._pipeline is self.pipeline
                 and workers == self.workers and loader.prefetch == self.prefetch
                 and all(w.alive for w in self.pool))       # (a forsaken engine is closed)
 
-    def reposition(self, start, limit):
-        with self._state:
-            local = self.window.reposition(start, limit, self._drop)
+    def _refill(self):
+        """(Under ``_state``; EngineBase.) Post the window's steps not yet posted."""
+        if not self.closed:
             self._dispatch()
-        return local
-
-    def park(self, next_g, keep_prefetching):
-        with self._state:
-            self.window.park(next_g, keep_prefetching, self._drop)
-            if not self.closed:
-                self._dispatch()
 
     def _drop(self, start):
-        """(Under ``_state``.) Release every built batch and forget every step sent; stand at ``start``.
-        Answers already sent are read first: their entries are free again at once."""
+        """(Under ``_state``; EngineBase.) Release every built batch's slot and forget every
+        step sent; stand at ``start``. Answers already sent are read first: their entries are
+        free again at once. No batch was made of a slot yet: none to close (an empty tuple)."""
         self._read_what_came()
         for result in self.results.values():
             if result[0] == "batch":
@@ -399,6 +392,7 @@ class ProcessEngine:
             self._withdraw(task)
         self.dispatched.clear()
         self.window.moved(start)
+        return ()
 
     def idle(self):
         """(Every live worker asleep on the board, no step posted or being built.) Answers

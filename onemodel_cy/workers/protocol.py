@@ -1,7 +1,8 @@
 """§1 what every worker engine answers: the ``Engine`` protocol, and what engines share.
 
 A stream (``onemodel_cy.stream.BatchStream``) drives one engine at a time; the registry
-(``registry.py``) chooses, keeps and ends them. Three engines implement the protocol:
+(``registry.py``) chooses, keeps, fits or replaces, and ends them. Three engines implement
+the protocol:
 
 * ``threads.ThreadEngine``: worker threads running the pipeline's ``build``;
 * ``lane.LaneEngine``: the packed lane, for a pipeline that ``splits()``: the consumer
@@ -9,8 +10,10 @@ A stream (``onemodel_cy.stream.BatchStream``) drives one engine at a time; the r
 * ``processes.ProcessEngine``: worker processes (``worker_mode="process"``) building into
   shared memory from a task board.
 
-Each owns a :class:`~onemodel_cy.workers.window.StepWindow` (which steps, in what order)
-and adds only its mechanism (who builds, where a batch lives, how a waiter wakes).
+Each owns a :class:`~onemodel_cy.workers.window.StepWindow` (which steps, in what order,
+and which one is the consumer's to build) and adds only its mechanism (who builds, where
+a batch lives, how a waiter wakes). What they do alike with their window, ``skip``,
+``reposition`` and ``park``, is written once, in ``window.EngineBase``.
 """
 from __future__ import annotations
 
@@ -57,18 +60,22 @@ class Engine(Protocol):
     pipeline: "Pipeline"
     window: "StepWindow"
     threads: list           # its worker threads or processes (for repr and the tests)
+    closed: bool            # set by signal_close (and forsake): it serves nothing more
     forsaken: bool          # in a child made by fork: the engine is the parent's (forsake)
 
     def fits(self, loader: Any, workers: int) -> bool:
         """Whether it can serve ``loader``'s next stream with ``workers`` workers: the
         same pipeline, kind, worker count and prefetch, every worker alive."""
 
-    def take(self, g: int, timeout: "float | None") -> "ImageBatch":
-        """Step ``g``'s batch, waiting for it; raises its build's exception, StopIteration
-        once closed, TimeoutError after ``timeout`` seconds (None: wait while a worker lives)."""
+    def take(self, g: int, timeout: "float | None") -> "ImageBatch | None":
+        """Step ``g``'s batch, waiting for it; None when ``g`` is the consumer's to build
+        (the step the window claimed for it, ``window.local``: the first of a new or
+        repositioned engine), which the consumer then builds and hands to ``skip``. Raises
+        its build's exception, StopIteration once closed, TimeoutError after ``timeout``
+        seconds (None: wait while a worker lives)."""
 
     def skip(self, g: int) -> None:
-        """The consumer built step ``g``, claimed for it, itself: move the window on."""
+        """The consumer built step ``g``, which ``take`` left to it: move the window on."""
 
     def reposition(self, start: int, limit: "int | None") -> bool:
         """Serve steps ``[start, limit)``; True when ``start`` is the consumer's to build."""
