@@ -3,10 +3,10 @@
 Why processes: a dataset or transform that is mostly Python holds the GIL, so worker
 threads take turns instead of working together; worker processes each have their own.
 
-What is sent: the pipeline (``_pipeline.Pipeline``: dataset, sampler, collator, seed,
-transform, the rank's slots), pickled once per engine and given to each worker when it
-starts; afterwards only small messages travel (``process_main`` describes them), and the
-steps to build are posted on a shared task board (``taskboard``). Processes
+What is sent: the pipeline (``collate.pipeline.Pipeline``: dataset, sampler, collator,
+seed, transform, the rank's slots), pickled once per engine and given to each worker when
+it starts; afterwards only small messages travel (``process_wire`` is their one home),
+and the steps to build are posted on a shared task board (``taskboard``). Processes
 (``process_link``) are started with
 ``forkserver`` where the platform has it, else ``spawn``: never a bare ``fork`` of a
 parent that may run threads.
@@ -43,8 +43,8 @@ import threading
 import time
 import weakref
 
-from onemodel_cy.core.validate import note_exception
 from onemodel_cy.workers.process_link import Worker, context
+from onemodel_cy.workers.process_wire import BOARD, ERROR, FATAL, GROWN, MAP, READY, raised
 from onemodel_cy.workers.shmring import Segment, ShmRing
 from onemodel_cy.workers.taskboard import TaskBoard, board_bytes
 from onemodel_cy.workers.window import EngineBase, StepWindow
@@ -73,18 +73,8 @@ def pickled_pipeline(pipeline) -> bytes:
 
 def _remote_error(worker, g, payload):
     """The exception a worker reported for step g, as the consumer raises it."""
-    blob, kind, message, text = payload
-    error = None
-    if blob is not None:
-        try:
-            error = pickle.loads(blob)
-        except Exception:
-            error = None
-    if not isinstance(error, BaseException):
-        error = RuntimeError(f"{kind}: {message}")
-    note_exception(error, f"onemodel_cy: raised in worker process {worker.process.pid} while building global "
-                          f"step {g}; its traceback there:\n{text.rstrip()}")
-    return error
+    return raised(payload, f"onemodel_cy: raised in worker process {worker.process.pid} while building "
+                           f"global step {g}")
 
 
 class ProcessEngine(EngineBase):
@@ -129,7 +119,7 @@ class ProcessEngine(EngineBase):
             worker = Worker(ctx, payload, k)
             self.pool.append(worker)
             try:
-                worker.send(("board", k, board_bytes(self.board.entries)), self.board.fd, self._doorbell_r)
+                worker.send((BOARD, k, board_bytes(self.board.entries)), self.board.fd, self._doorbell_r)
             except OSError:
                 pass                             # it died at once: its exit is reported by _wait
         self.threads = [w.process for w in self.pool]      # BatchStream's repr counts them
@@ -181,7 +171,7 @@ class ProcessEngine(EngineBase):
             if worker.alive and version and worker.known.get(slot) != version:
                 segment = self.ring.segment(slot)
                 try:
-                    worker.send(("map", slot, version, segment.size), segment.fd)
+                    worker.send((MAP, slot, version, segment.size), segment.fd)
                     worker.known[slot] = version
                 except OSError:
                     self._worker_died(worker)
@@ -203,12 +193,12 @@ class ProcessEngine(EngineBase):
             self._handle(worker, *item)
 
     def _handle(self, worker, message, fd):
-        """One reply of ``worker`` (``fd``: the descriptor of a "grown" one)."""
+        """One reply of ``worker`` (``fd``: the descriptor of a ``GROWN`` one)."""
         kind = message[0]
-        if kind == "ready":
+        if kind == READY:
             worker.ready = True
             return
-        if kind == "fatal":         # it could not rebuild the pipeline: the stream stops at its next step
+        if kind == FATAL:           # it could not rebuild the pipeline: the stream stops at its next step
             self._retire(worker)
             self.fatal = lambda g: _remote_error(worker, g, message[1])
             if self.dispatched:
@@ -223,7 +213,7 @@ class ProcessEngine(EngineBase):
             raise OSError(f"a worker answered task {task}, which it was not given")
         g, slot, entry = self.tasks.pop(task)
         self.board.free(entry)
-        if kind == "grown":
+        if kind == GROWN:
             segment = Segment(fd, message[3])
             self.versions[slot] += 1
             self.ring.adopt(slot, segment)
@@ -231,7 +221,7 @@ class ProcessEngine(EngineBase):
         current = self.dispatched.get(g) == task
         if current:
             del self.dispatched[g]
-        if kind == "error":
+        if kind == ERROR:
             self.ring.release(slot)
             if current:
                 self._set_result(g, ("error", _remote_error(worker, g, message[2])))
@@ -261,7 +251,7 @@ class ProcessEngine(EngineBase):
             return
         self._take_last_answers(worker)
         if not worker.alive:
-            return      # it reported "fatal"
+            return      # it reported FATAL
         self._retire(worker)
         code = worker.exit_code()
         if code is None:
