@@ -2,8 +2,8 @@
 
 ``Worker`` starts a process running ``process_main.main``, sends it messages and reads its
 replies through an ``Inbox`` (both in ``process_wire.py``, the wire's one home);
-``context()`` is how every worker process is started. The engine (``processes.py``)
-decides what they build.
+``context()`` is how every worker process is started, ``end_all`` how the last ones are
+ended. The engine (``processes.py``) decides what they build.
 """
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ import os
 import socket
 import sys
 import threading
+import time
 
 from onemodel_cy.workers import process_main
-from onemodel_cy.workers.process_wire import Inbox, send
+from onemodel_cy.workers.process_wire import STOP, Inbox, send
 
-__all__ = ["Worker", "context"]
+__all__ = ["Worker", "context", "end_all"]
 
 _KILL_WAIT = 1.0        # seconds after SIGTERM, then SIGKILL
 
@@ -80,18 +81,20 @@ class Worker:
     def send(self, message, *fds):
         send(self.conn, self.sock, message, fds)
 
+    def stop(self):
+        """Ask the process to exit (``STOP``), unless its socket is gone already."""
+        try:
+            self.conn.send(STOP)
+        except OSError:
+            pass
+
     def exit_code(self):
         self.process.join(0.5)
         return self.process.exitcode
 
     def end(self):
         """Terminate the process if it still runs, and kill it after ``_KILL_WAIT`` more."""
-        if self.process.is_alive():
-            self.process.terminate()
-            self.process.join(_KILL_WAIT)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join(_KILL_WAIT)
+        end_all([self])
 
     def close(self):
         self.inbox.close()
@@ -101,3 +104,16 @@ class Worker:
             except OSError:
                 pass
 
+
+def end_all(workers):
+    """Terminate every process of ``workers`` still running, and kill those still running
+    ``_KILL_WAIT`` seconds later: all at once, so ending many takes as long as ending one."""
+    for how in ("terminate", "kill"):
+        running = [w.process for w in workers if w.process.is_alive()]
+        if not running:
+            return
+        for process in running:
+            getattr(process, how)()
+        deadline = time.monotonic() + _KILL_WAIT
+        for process in running:
+            process.join(max(0.0, deadline - time.monotonic()))

@@ -28,10 +28,16 @@ Failures: an exception in a worker is delivered at its step (its type when it pi
 always with its message and traceback text); a worker that dies is reported at the
 first step it owed, with its exit code. Either way nothing after that step is delivered.
 
-Lifetimes: ``shutdown`` (close, leaving ``with``, a dropped stream, Ctrl-C through the
-stream's error path, interpreter exit) asks every worker to stop, waits a bounded time,
-then terminates. A worker whose consumer was killed sees its socket end and exits; the
-shared memory has no name, so nothing is left in ``/dev/shm``.
+Lifetimes: ``signal_close`` (interpreter exit, and the first thing ``shutdown`` does)
+marks the engine closed, tells the board to stop and rings every sleeping worker, and
+waits for nothing. ``shutdown`` (close, leaving ``with``, a dropped stream, Ctrl-C through
+the stream's error path) then waits for the workers to exit, ``join_timeout`` seconds in
+all but never more than ``_STOP_WAIT`` (a process, unlike a thread, can be ended, and a
+batch built after close is thrown away), and terminates those still running, naming the
+ones that were building a step in a ``StuckWorkerWarning``. At interpreter exit
+multiprocessing's own exit handler ends the worker processes (they are daemons). A
+worker whose consumer was killed sees its socket end and exits; the shared memory has no
+name, so nothing is left in ``/dev/shm``.
 """
 from __future__ import annotations
 
@@ -39,19 +45,22 @@ import multiprocessing.process
 import os
 import pickle
 import select
+import sys
 import threading
 import time
+import warnings
 import weakref
 
-from onemodel_cy.workers.process_link import Worker, context
+from onemodel_cy.workers.process_link import Worker, context, end_all
 from onemodel_cy.workers.process_wire import BOARD, ERROR, FATAL, GROWN, MAP, READY, raised
+from onemodel_cy.workers.protocol import StuckWorkerWarning
 from onemodel_cy.workers.shmring import Segment, ShmRing
 from onemodel_cy.workers.taskboard import TaskBoard, board_bytes
 from onemodel_cy.workers.window import EngineBase, StepWindow
 
 __all__ = ["ProcessEngine", "pickled_pipeline"]
 
-_STOP_WAIT = 2.0        # seconds a stopping worker may take to finish its build, then SIGTERM
+_STOP_WAIT = 2.0        # seconds (at most join_timeout) a stopping worker may take to end, then SIGTERM
 _LONGEST_POLL_MS = 2**31 - 1     # poll() takes a C int of milliseconds: a longer wait polls again
 
 
@@ -90,10 +99,13 @@ class ProcessEngine(EngineBase):
         payload = pickled_pipeline(self.pipeline)      # before any process starts
         self.owner = weakref.ref(loader)
         self.workers, self.prefetch = workers, loader.prefetch
-        self.lock = threading.Lock()             # makes shutdown idempotent across threads
+        self.join_timeout = loader.join_timeout
+        # Held only for a few writes that never block (signal_close) and to close the pipes
+        # they write to, never across a wait.
+        self.lock = threading.Lock()
         self._state = threading.RLock()          # everything below
         self._wake_r, self._wake_w = os.pipe()   # lets another thread's close wake a waiting consumer
-        self.closed = self.forsaken = False
+        self.closed = self.forsaken = self.shut = False
         self.window = StepWindow(self.prefetch, start, limit, True)    # the consumer builds `start`
         self.ring = ShmRing()
         self.versions = []                       # slot -> segment version (0: no segment yet)
@@ -105,8 +117,8 @@ class ProcessEngine(EngineBase):
         # anyway, posting waits for answers (_dispatch).
         self.board = TaskBoard.create(self.prefetch + 2 * workers)
         self._doorbell_r, self._doorbell_w = os.pipe()
-        for end in (self._doorbell_r, self._doorbell_w):
-            os.set_blocking(end, False)          # neither side ever waits on the pipe itself
+        for end in (self._doorbell_r, self._doorbell_w, self._wake_w):
+            os.set_blocking(end, False)          # no side ever waits on a pipe itself
         self.tasks = {}                          # task id -> (g, slot, board entry)
         self.results = {}                        # g -> ("batch", slot, dims) | ("error", exception)
         self.dispatched = {}                     # g -> task id, steps sent and not yet answered
@@ -393,8 +405,20 @@ class ProcessEngine(EngineBase):
             return self.board.sleepers == sum(w.alive for w in self.pool) and not self.tasks
 
     def signal_close(self):
-        """Interpreter exit: end the workers now."""
-        self.shutdown()
+        """Mark closed and wake every waiter, waiting for nothing: a consumer in ``take``
+        returns, the board tells busy workers to take nothing more, and each sleeping worker
+        gets a doorbell byte (then sees the stop and exits). Every write is to a pipe that
+        never blocks; ``shutdown`` joins."""
+        with self.lock:
+            if self.closed:             # (a forsaken engine is closed)
+                return
+            self.closed = True
+            self.board.stop()
+            for end, count in ((self._wake_w, 1), (self._doorbell_w, len(self.pool))):
+                try:
+                    os.write(end, b"x" * count)
+                except OSError:         # (BlockingIOError: bytes nobody read yet wake them anyway)
+                    pass
 
     def forsake(self):
         """(After fork, in the child: see ``protocol.Engine.forsake``.) The workers are the
@@ -413,34 +437,44 @@ class ProcessEngine(EngineBase):
         self.board.close_fd()
 
     def shutdown(self):
-        """End every worker: ask, wait a bounded time, then terminate (idempotent)."""
+        """End every worker (idempotent): ``signal_close``, then wait for them to exit,
+        ``join_timeout`` seconds in all but never more than ``_STOP_WAIT``, terminate those
+        still running (``_end_workers``), and let go of the ring, the board and the pipes."""
         if self.forsaken:
             return
         with self.lock:
-            if self.closed:
-                return
-            self.closed = True
-        try:
-            os.write(self._wake_w, b"x")         # a consumer waiting in take() returns
-        except OSError:
-            pass
+            first, self.shut = not self.shut, True
+        self.signal_close()
+        if not first or sys.is_finalizing():
+            return      # (at exit multiprocessing's own handler has ended the daemon workers)
         with self._state:
-            self.board.stop()                    # a busy worker takes nothing more
             for worker in self.pool:
-                try:
-                    worker.conn.send(None)
-                except OSError:
-                    pass
-            deadline = time.monotonic() + _STOP_WAIT
+                worker.stop()
+            self._end_workers()
             for worker in self.pool:
-                worker.process.join(max(0.0, deadline - time.monotonic()))
-            for worker in self.pool:
-                worker.end()
                 worker.close()
             self.ring.close()           # only the slots of batches the user still holds stay mapped
             self.board.close_fd()
             self.results.clear()
-            self._close_pipes()
+            with self.lock:             # (signal_close writes to them under it)
+                self._close_pipes()
+
+    def _end_workers(self):
+        """(Under ``_state``, closed.) Wait for the workers to exit, ``join_timeout`` in all, at
+        most ``_STOP_WAIT``; terminate the rest, and name those that held a step of the board
+        then (still inside dataset, transform or augmentation code) in a ``StuckWorkerWarning``."""
+        wait = min(self.join_timeout, _STOP_WAIT)
+        deadline = time.monotonic() + wait
+        for worker in self.pool:
+            worker.process.join(max(0.0, deadline - time.monotonic()))
+        late = [worker for worker in self.pool if worker.process.is_alive()]
+        building = {self.board.claimant(entry) for _, _, entry in self.tasks.values()}
+        stuck = [worker.process.pid for worker in late if worker.k in building]
+        end_all(late)
+        if stuck:
+            warnings.warn(f"onemodel_cy: worker processes {stuck} still inside dataset/transform/augmentation "
+                          f"code {wait} s after close() (DataLoader join_timeout={self.join_timeout}, at most "
+                          f"{_STOP_WAIT} s for processes); they were terminated", StuckWorkerWarning, stacklevel=4)
 
     def _close_pipes(self):
         """Close the wake-up and doorbell pipes once: a number closed here may be reused by

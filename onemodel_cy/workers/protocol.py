@@ -14,6 +14,12 @@ Each owns a :class:`~onemodel_cy.workers.window.StepWindow` (which steps, in wha
 and which one is the consumer's to build) and adds only its mechanism (who builds, where
 a batch lives, how a waiter wakes). What they do alike with their window, ``skip``,
 ``reposition`` and ``park``, is written once, in ``window.EngineBase``.
+
+Closing comes in two steps: ``signal_close`` marks the engine closed and wakes every
+waiter without waiting for anything (it may run at interpreter exit, or on a thread that
+must not block); ``shutdown`` does that, then waits for the workers at most
+``join_timeout`` seconds in all (``DataLoader(join_timeout=...)``, ``DEFAULT_JOIN_TIMEOUT``)
+and reports a worker still inside user code then with a ``StuckWorkerWarning``.
 """
 from __future__ import annotations
 
@@ -56,6 +62,7 @@ class Engine(Protocol):
     workers: int            # how many workers it was started with
     prefetch: int           # the window's depth
     persistent: bool        # parked between streams (persistent_workers) rather than ended
+    join_timeout: float     # seconds, in all, shutdown waits for its workers (DataLoader's join_timeout)
     owner: "weakref.ref[Any]"
     pipeline: "Pipeline"
     window: "StepWindow"
@@ -87,11 +94,16 @@ class Engine(Protocol):
         """Every live worker waits for a step, with nothing handed out or being built."""
 
     def signal_close(self) -> None:
-        """Mark closed and wake every waiter, without waiting (interpreter exit)."""
+        """Mark closed and wake every waiter (a consumer in ``take``, sleeping workers),
+        and never wait: no join, no lock a worker may hold while it builds. Idempotent;
+        does nothing once forsaken. Runs at interpreter exit (``registry.py``) and first
+        in ``shutdown``."""
 
     def shutdown(self) -> None:
-        """End the workers and wait for them a bounded time (idempotent). Does nothing
-        once forsaken."""
+        """``signal_close``, then end the workers, waiting for them at most
+        ``join_timeout`` seconds in all; a worker still inside user code then is named in
+        a ``StuckWorkerWarning`` (a thread is left to end by itself, a process is
+        terminated). Idempotent. Does nothing once forsaken."""
 
     def forsake(self) -> None:
         """(In a child made by ``fork``, on its only thread, before anything else runs.)

@@ -34,6 +34,10 @@ _handover = threading.Lock()     # guards every loader's ``_idle_engine``
 
 @atexit.register
 def _close_all_engines():
+    """At interpreter exit, close every engine without waiting for any worker
+    (``signal_close``): a thread stuck in user code must not hold up the exit (worker
+    threads are daemons), and worker processes, also daemons, are ended by
+    multiprocessing's own exit handler."""
     for engine in list(_live_engines):
         engine.signal_close()
 
