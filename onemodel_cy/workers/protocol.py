@@ -19,7 +19,9 @@ Closing comes in two steps: ``signal_close`` marks the engine closed and wakes e
 waiter without waiting for anything (it may run at interpreter exit, or on a thread that
 must not block); ``shutdown`` does that, then waits for the workers at most
 ``join_timeout`` seconds in all (``DataLoader(join_timeout=...)``, ``DEFAULT_JOIN_TIMEOUT``)
-and reports a worker still inside user code then with a ``StuckWorkerWarning``.
+and reports a worker still inside user code then with a ``StuckWorkerWarning``: a thread
+is left to end by itself; a process, which can be ended and so gets at most 2 s of the
+wait (``processes._STOP_WAIT``), is terminated.
 """
 from __future__ import annotations
 
