@@ -4,7 +4,7 @@ A stream walks global steps ``[start_g, stop_g)`` in order. It builds a step its
 the loader's pipeline (0 workers, or the first step while workers start) or takes it from
 a worker engine (``onemodel_cy.workers``: threads, the packed lane or processes), which it
 acquires from the loader when it starts and gives back (parked) or ends when it closes.
-``workers/registry.py`` tells an engine's lifetime, ``workers/window.py`` its window.
+``workers/registry.py`` tells an engine's lifetime, ``workers/window.pyx`` its window.
 
 Over a dataset that reads ahead (``Pipeline.reads_ahead``: a pack fetched sample by sample,
 ``data/packs/exact.py``) the stream also asks, through the pipeline, for the samples of the
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from onemodel_cy.collate.profile import ConsumerTimer
 from onemodel_cy.core.validate import G_END, check_global_step
-from onemodel_cy.workers.registry import acquire_engine, discard_idle_engine, release_engine
+from onemodel_cy.workers.registry import acquire_engine, release_engine
 
 if TYPE_CHECKING:
     from onemodel_cy.collate.batch import ImageBatch
@@ -56,9 +56,8 @@ class BatchStream:
         self._engine = None
         self._workspace = None
         self._timer = ConsumerTimer(loader._clock)
-        self._local = None                # a step the consumer builds itself (a new engine's first)
         self._guard = threading.Lock()    # orders the consumer's taking against a close from elsewhere
-        self._taking = False              # the consumer is inside engine.take()
+        self._taking = False              # the consumer is in engine.take() or building what it left
         self._busy = False                # a thread is inside __next__ (a stream has one consumer)
         self._pid = os.getpid()           # the process whose engine this is (fork: see _after_fork)
         self._reads_ahead = loader._pipeline.reads_ahead()
@@ -68,30 +67,15 @@ class BatchStream:
         self._closed = False
         self.next_g = start
         self._ahead_g = start             # the first step whose samples were not yet asked for ahead
-        if start != self._local:          # a pending local first step stays the consumer's
-            self._local = None
         if self._workspace is None:
             self._workspace = self.loader._pipeline.workspace(self.loader.pacing, self.loader._clock)
-        workers = self.loader._stream_workers()
-        if workers == 0:
-            self._engine = self._local = None
-            discard_idle_engine(self.loader)     # no threads are wanted: end parked ones
-            return
         # A pass of `for batch in loader` prefetches past its end: the next pass adopts those.
         limit = None if self._epoch_pass and self.loader.persistent_workers else self.stop_g
-        engine = self._engine
-        if engine is not None and engine.fits(self.loader, workers):
-            if engine.reposition(start, limit):
-                self._local = start
-        else:
-            self._engine = None
-            if engine is not None:
-                engine.shutdown()
-            self._engine, local = acquire_engine(self.loader, workers, start, limit)
-            # New threads take a while to start (and the first of them to build its first
-            # batch), a parked engine has nothing built at a new position: the consumer
-            # builds that first step in the meantime.
-            self._local = start if local else None
+        # The registry keeps this stream's engine when it fits, else the loader's parked one,
+        # else starts one (None with 0 workers); the engine's window knows whether the
+        # consumer builds ``start`` itself (a new engine's first step, while its workers start).
+        held, self._engine = self._engine, None
+        self._engine = acquire_engine(self.loader, self.loader._stream_workers(), start, limit, held)
 
     def __iter__(self) -> "BatchStream":
         return self
@@ -137,20 +121,18 @@ class BatchStream:
                 if self._closed:
                     raise StopIteration
                 engine = self._engine
-                local = engine is not None and g == self._local
-                if local:
-                    self._local = None
-                self._taking = engine is not None and not local
+                self._taking = engine is not None
             timer = self._timer            # where the time went (loader.profile())
             timer.begin()
             try:
-                if engine is None or local:
+                # None: 0 workers, or a step the engine's window left to the consumer.
+                batch = None if engine is None else engine.take(g, self.loader.timeout)
+                if batch is None:
                     batch = self.loader._pipeline.build(g, self._workspace)
                     timer.built()
-                    if local:
+                    if engine is not None:
                         engine.skip(g)
                 else:
-                    batch = engine.take(g, self.loader.timeout)
                     timer.waited()
             finally:
                 self._taking = False
@@ -185,7 +167,7 @@ class BatchStream:
         self._pid = os.getpid()
         self._guard = threading.Lock()
         self._taking = self._busy = False
-        self._engine = self._local = None
+        self._engine = None
 
     def close(self) -> None:
         """Stop the stream (idempotent). Its worker threads go back to the loader, parked
@@ -206,12 +188,12 @@ class BatchStream:
             return
         if failed or taking:
             # A consumer waiting in take() on another thread wakes only when the engine
-            # closes: parking would leave it waiting on an engine the next stream adopts.
+            # closes: parking would leave it waiting on an engine the next stream adopts
+            # (or skipping, after building the step take left to it, in that engine's window).
             engine.shutdown()
             return
         completed_pass = self._epoch_pass and self.next_g == self.stop_g
         release_engine(self.loader, engine, self.next_g, completed_pass)
-        self._local = None
 
     @property
     def closed(self) -> bool:

@@ -4,7 +4,10 @@
   (``import_graph.py``, which also runs as a command).
 * ``import onemodel_cy`` loads neither the conformance checker nor its replay.
 * The three worker engines answer one protocol (``workers/protocol.py``): every member,
-  on a live engine of each kind.
+  on a live engine of each kind; ``take(g)`` leaves the step the window claimed for the
+  consumer to it (None); ``registry.acquire_engine`` keeps an engine that fits and ends
+  and replaces one that does not; ``signal_close`` never waits, even for a worker stuck
+  in user code, and closing then waits ``join_timeout``, on threads and processes alike.
 * The window (``workers/window.pyx``): steps are handed out in order, never past the
   consumer's step plus ``prefetch``, the limit, or a failed step; moves behave as §1 says.
 """
@@ -12,6 +15,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -19,13 +24,14 @@ from hypothesis import given, settings, strategies as st
 import onemodel_cy as om
 import import_graph
 from harness import _guard  # noqa: F401  (autouse: no worker may outlive a test)
-from harness import assert_no_workers
+from harness import assert_no_workers, assert_stream_is_batch_at, drain_ok
 from onemodel_cy.workers.lane import LaneEngine
 from onemodel_cy.workers.processes import ProcessEngine
 from onemodel_cy.workers.protocol import Engine
+from onemodel_cy.workers.registry import acquire_engine, release_engine
 from onemodel_cy.workers.threads import ThreadEngine
 from onemodel_cy.workers.window import StepWindow
-from pipeline_parts import PyDataset
+from pipeline_parts import PyDataset, StuckDataset
 
 
 def test_the_import_graph_has_no_cycle():
@@ -77,6 +83,129 @@ def test_every_engine_answers_the_protocol(kind):
     assert isinstance(engine.window, StepWindow) and engine.pipeline is loader._pipeline
     loader.close()
     assert_no_workers()
+
+
+def _loader_of(kind, dataset=None, **kw):
+    ds = om.SyntheticLineImages(24, 3, 1, 9, seed=4) if dataset is None else dataset
+    if kind == "thread" and dataset is None:
+        ds = PyDataset(ds)
+    return om.DataLoader(ds, om.SequentialSampler(len(ds), 2), om.ImageBatchCollator(), seed=5, workers=2,
+                         worker_mode="process" if kind == "process" else "thread", **kw)
+
+
+@pytest.mark.parametrize("kind", ["thread", "lane", "process"])
+def test_take_leaves_the_consumer_its_step_and_acquire_fits_or_replaces(kind):
+    """The step a new (or moved) engine's window claims for the consumer is the window's
+    alone to know: ``take`` answers None for it, the consumer builds it and ``skip``s it,
+    and the workers' steps follow. ``acquire_engine`` keeps the stream's own engine, or
+    the loader's parked one, when it fits (repositioned), ends and replaces one that no
+    longer fits, and ends them all for 0 workers."""
+    loader = _loader_of(kind)
+    engine = acquire_engine(loader, 2, 5, 9)
+    try:
+        assert engine.window.local == 5 and engine.take(5, None) is None
+        first = loader.batch_at(5)
+        engine.skip(5)
+        assert engine.window.local is None
+        assert_stream_is_batch_at([first] + [engine.take(g, None) for g in range(6, 9)], loader, range(5, 9),
+                                  f"{kind}: the consumer's step, then the workers'")
+        assert acquire_engine(loader, 2, 0, None, engine) is engine, "a held engine that fits is kept"
+        assert engine.window.local == 0 and engine.take(0, None) is None, "moved: the consumer builds 0"
+        release_engine(loader, engine, 0, False)
+        assert loader._idle_engine is engine
+        assert acquire_engine(loader, 2, 3, None) is engine and loader._idle_engine is None
+        loader.prefetch = 3                     # the kept engine no longer fits
+        replaced = acquire_engine(loader, 2, 3, None, engine)
+        assert replaced is not engine and engine.closed and type(replaced) is type(engine)
+        assert replaced.window.local == 3 and replaced.prefetch == 3
+        assert acquire_engine(loader, 0, 3, None, replaced) is None and replaced.closed
+        engine = replaced
+    finally:
+        engine.shutdown()
+        loader.close()
+    assert_no_workers()
+
+
+def _wait_until(condition, what, seconds=20.0):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+def test_signal_close_never_waits_for_a_stuck_process_and_close_honours_join_timeout():
+    """Protocol: ``signal_close`` marks the engine closed and wakes, and waits for nothing
+    (the worker building step 3 sleeps for 60 s in ``get_sample``); the close that follows
+    waits ``join_timeout`` (0.3 s, not the 2 s processes get at most), names the stuck
+    worker in a ``StuckWorkerWarning`` and terminates it."""
+    sampler = om.SequentialSampler(40, 2)
+    dataset = StuckDataset(PyDataset(om.SyntheticLineImages(40, 3, 1, 9, seed=4)), int(sampler.indices(0, 3)[0]), 60)
+    loader = om.DataLoader(dataset, sampler, om.ImageBatchCollator(), seed=5, workers=2, worker_mode="process",
+                           join_timeout=0.3)
+    stream = loader.iter()
+    drain_ok(stream, 3)
+    engine = stream._engine
+
+    def claimed():
+        task = engine.dispatched.get(3)
+        return task is not None and engine.board.claimant(engine.tasks[task][2]) >= 0
+    _wait_until(claimed, "no worker took step 3")
+    t0 = time.monotonic()
+    engine.signal_close()
+    took = time.monotonic() - t0
+    assert took < 0.5, f"signal_close took {took:.2f} s"
+    assert engine.closed and any(w.process.is_alive() for w in engine.pool), "signal_close ended the workers"
+    t0 = time.monotonic()
+    with pytest.warns(om.StuckWorkerWarning, match=r"0\.3 s after close\(\).*join_timeout"):
+        with pytest.raises(StopIteration):
+            next(stream)            # the consumer sees the close; the stream's end shuts the engine down
+    closed = time.monotonic() - t0
+    assert closed < 1.5, f"close took {closed:.2f} s with join_timeout=0.3"
+    loader.close()
+    assert_no_workers("after the stuck worker was terminated")
+
+
+class _Blocking(PyDataset):
+    """(Threads.) The read of ``index`` waits until ``release`` is set."""
+
+    def __init__(self, inner, index):
+        super().__init__(inner)
+        self.index, self.entered, self.release = index, threading.Event(), threading.Event()
+
+    def get_sample(self, index):
+        if index == self.index:
+            self.entered.set()
+            self.release.wait(30)
+        return self.inner.get_sample(index)
+
+
+def test_signal_close_never_waits_for_a_stuck_thread_and_close_honours_join_timeout():
+    """The same on worker threads: ``signal_close`` returns at once while a worker sits in
+    ``get_sample``; the close waits ``join_timeout`` and warns, leaving the thread to end."""
+    sampler = om.SequentialSampler(40, 2)
+    dataset = _Blocking(om.SyntheticLineImages(40, 3, 1, 9, seed=4), int(sampler.indices(0, 3)[0]))
+    loader = om.DataLoader(dataset, sampler, om.ImageBatchCollator(), seed=5, workers=2, join_timeout=0.3)
+    stream = loader.iter()
+    engine = stream._engine
+    try:
+        drain_ok(stream, 3)
+        assert dataset.entered.wait(10), "no worker reached the blocking read"
+        t0 = time.monotonic()
+        engine.signal_close()
+        took = time.monotonic() - t0
+        assert took < 0.5 and engine.closed, f"signal_close took {took:.2f} s"
+        t0 = time.monotonic()
+        with pytest.warns(om.StuckWorkerWarning, match=r"0\.3 s after close\(\).*join_timeout"):
+            with pytest.raises(StopIteration):
+                next(stream)
+        closed = time.monotonic() - t0
+        assert closed < 2, f"close took {closed:.2f} s with join_timeout=0.3"
+    finally:
+        dataset.release.set()
+    for thread in engine.threads:
+        thread.join(10)
+    loader.close()
+    assert_no_workers("after the blocking read returned")
 
 
 # ---------------------------------------------------------------- the window

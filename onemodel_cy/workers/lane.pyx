@@ -33,6 +33,10 @@ slots being built.
 The registry chooses it in thread mode for a pipeline that ``splits()``; any step that
 cannot take the split (the dataset's packed view refused) is built by the pipeline's
 ``build`` on the consumer instead.
+
+One module, past the 500 lines docs/architecture.md asks for: the C half (``_Lane``) and
+the engine share the ring's ``LaneSlot`` and call each other's C methods; split, they
+would need a ``.pxd`` between them that nothing else uses.
 """
 cimport cython
 from cpython.exc cimport PyErr_CheckSignals
@@ -52,6 +56,7 @@ from onemodel_cy.collate.pipeline cimport Pipeline, Prepared, fill
 from onemodel_cy.workers.window cimport StepWindow
 
 from onemodel_cy.workers.protocol import StuckWorkerWarning
+from onemodel_cy.workers.window import EngineBase, close_batches
 
 cdef extern from "lane.h":
     ctypedef struct pthread_mutex_t:
@@ -305,6 +310,9 @@ cdef class LaneEngine:
     An engine of ``protocol.Engine``. Driven by the consumer's thread; ``shutdown`` may
     come from any thread. Holds the loader weakly, as the thread engine does, and the
     pipeline (what the posted fills read) strongly.
+
+    ``skip``, ``reposition`` and ``park`` are ``window.EngineBase``'s (over ``_drop`` and
+    ``_refill``), taken as class attributes: ``EngineBase`` says why.
     """
     cdef readonly Py_ssize_t workers, prefetch
     cdef readonly bint persistent, closed, forsaken
@@ -314,7 +322,7 @@ cdef class LaneEngine:
     cdef readonly StepWindow window
     cdef readonly double join_timeout
     cdef _Lane lane
-    cdef object _state                  # RLock over everything below
+    cdef readonly object _state         # RLock over everything below (EngineBase's lock)
     cdef list batches, workspaces, steps
     cdef dict errors                    # g -> the exception its build raised
     cdef bint shut
@@ -414,9 +422,14 @@ cdef class LaneEngine:
 
     # -- the consumer ---------------------------------------------------------------------
 
+    skip, reposition, park = EngineBase.skip, EngineBase.reposition, EngineBase.park
+
     def take(self, g, timeout):
-        """Step g's batch, waiting for it; raises its build's exception, StopIteration once
-        closed, TimeoutError after ``timeout`` seconds (None: wait while a worker lives)."""
+        """Step g's batch, waiting for it; None when g is the consumer's to build (then
+        ``skip``); raises its build's exception, StopIteration once closed, TimeoutError
+        after ``timeout`` seconds (None: wait while a worker lives)."""
+        if g == self.window._local:
+            return None                 # claimed for the consumer: never posted
         cdef Py_ssize_t k = g % self.prefetch
         cdef long long deadline = -1 if timeout is None else clock_ns() + <long long>(timeout * 1e9)
         # A user's timeout bounds the wait for step g: the consumer then fills no other step.
@@ -486,11 +499,6 @@ cdef class LaneEngine:
             return ([(self.steps[k], names[atomic_load(&self.lane.slots[k].state)]) for k in range(self.prefetch)],
                     self.window.next_take)
 
-    def skip(self, g):
-        with self._state:
-            if self.window.skip(g):
-                self.dispatch()
-
     def fits(self, loader, workers):
         if self.forsaken:
             return False
@@ -499,32 +507,23 @@ cdef class LaneEngine:
                     and self.pipeline.splits() and workers == self.workers == self.lane.alive
                     and loader.prefetch == self.prefetch)
 
-    def reposition(self, start, limit):
-        with self._state:
-            local = self.window.reposition(start, limit, self.drop)
-            self.dispatch()
-        return local
+    def _refill(self):
+        """(Under _state; EngineBase.) Post the window's steps not yet posted."""
+        self.dispatch()
 
-    def park(self, next_g, keep_prefetching):
-        with self._state:
-            self.window.park(next_g, keep_prefetching, self.drop)
-            self.dispatch()
-
-    def drop(self, start):
-        """(Under _state.) Empty the ring (waiting for the slots being filled) and stand at ``start``."""
+    def _drop(self, start):
+        """(Under _state; EngineBase.) Empty the ring (waiting for the slots being filled) and
+        stand at ``start``; returns the ring's batches, for the caller to close."""
         with nogil:
             self.lane.empty()
-        self.release_all()
         self.window.moved(start)
+        return self.take_all()
 
-    cdef release_all(self):
-        """(Under _state; no slot being filled.) Close every batch the ring holds."""
+    cdef list take_all(self):
+        """(Under _state; no slot being filled.) Every batch the ring holds, taken out of it."""
         cdef Py_ssize_t k
-        for k in range(self.prefetch):
-            batch = self.hand_out(k)
-            if batch is not None:
-                batch.close()
         self.errors.clear()
+        return [self.hand_out(k) for k in range(self.prefetch)]
 
     def signal_close(self):
         """Mark closed and wake every waiter (workers end, a waiting consumer stops). The
@@ -573,6 +572,7 @@ cdef class LaneEngine:
             with self._state:
                 with nogil:
                     self.lane.empty()
-                self.release_all()
+                batches = self.take_all()
+            close_batches(batches)
         finally:
             self.ended.set()

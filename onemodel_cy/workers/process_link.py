@@ -1,23 +1,23 @@
 """§1 process workers: one worker process, and the consumer's end of its socket.
 
-``Worker`` starts a process running ``process_main.main`` and reads its replies through
-an ``Inbox``; ``context()`` is how every worker process is started. The engine
-(``processes.py``) decides what they build.
+``Worker`` starts a process running ``process_main.main``, sends it messages and reads its
+replies through an ``Inbox`` (both in ``process_wire.py``, the wire's one home);
+``context()`` is how every worker process is started, ``end_all`` how the last ones are
+ended. The engine (``processes.py``) decides what they build.
 """
 from __future__ import annotations
 
-import array
 import multiprocessing
 import os
-import pickle
 import socket
-import struct
 import sys
 import threading
+import time
 
 from onemodel_cy.workers import process_main
+from onemodel_cy.workers.process_wire import STOP, Inbox, send
 
-__all__ = ["Worker", "Inbox", "context"]
+__all__ = ["Worker", "context", "end_all"]
 
 _KILL_WAIT = 1.0        # seconds after SIGTERM, then SIGKILL
 
@@ -79,7 +79,14 @@ class Worker:
         self.ready = False
 
     def send(self, message, *fds):
-        process_main.send(self.conn, self.sock, message, fds)
+        send(self.conn, self.sock, message, fds)
+
+    def stop(self):
+        """Ask the process to exit (``STOP``), unless its socket is gone already."""
+        try:
+            self.conn.send(STOP)
+        except OSError:
+            pass
 
     def exit_code(self):
         self.process.join(0.5)
@@ -87,12 +94,7 @@ class Worker:
 
     def end(self):
         """Terminate the process if it still runs, and kill it after ``_KILL_WAIT`` more."""
-        if self.process.is_alive():
-            self.process.terminate()
-            self.process.join(_KILL_WAIT)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join(_KILL_WAIT)
+        end_all([self])
 
     def close(self):
         self.inbox.close()
@@ -103,58 +105,15 @@ class Worker:
                 pass
 
 
-class Inbox:
-    """A worker's replies, read in bulk: one ``recvmsg`` takes every byte waiting (several
-    replies, and the descriptor that follows a "grown" one), where ``Connection.recv``
-    makes two reads per reply and ``socket.recv_fds`` one more. System calls are the
-    consumer's main cost per batch on a virtual machine (docs/performance.md, "Measurements
-    behind the code"). Frames are multiprocessing's own: a
-    4-byte big-endian length, then the pickle (the worker sends with ``Connection.send``);
-    a descriptor comes with the one byte ``b"F"`` after its "grown" reply."""
-
-    def __init__(self, sock):
-        self.sock = sock
-        self.fd_space = socket.CMSG_SPACE(4 * array.array("i").itemsize)   # room for the descriptors
-        self.buffer = bytearray()
-        self.fds = []                   # descriptors received, in order, not yet taken
-        # Where each read lands: reused, so that a read allocates no 64 KiB of its own.
-        self.landing = bytearray(1 << 16)
-        self.landed = memoryview(self.landing)
-
-    def fill(self):
-        """Read what is waiting (blocks if nothing is); EOFError once the worker's end is closed."""
-        size, ancillary, _, _ = self.sock.recvmsg_into([self.landing], self.fd_space)
-        for level, kind, cdata in ancillary:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                fds = array.array("i")
-                fds.frombytes(cdata[:len(cdata) - len(cdata) % fds.itemsize])
-                self.fds.extend(fds)
-        if not size:
-            raise EOFError("the worker's socket ended")
-        self.buffer += self.landed[:size]
-
-    def next(self):
-        """The next complete reply (with its descriptor for "grown"), or None."""
-        if len(self.buffer) < 4:
-            return None
-        size, = struct.unpack("!i", self.buffer[:4])
-        if size < 0:                    # multiprocessing's frame for payloads of 2 GiB and more: never sent
-            raise OSError(f"unexpected frame of a worker: length {size}")
-        if len(self.buffer) < 4 + size:
-            return None
-        message = pickle.loads(self.buffer[4:4 + size])
-        fd = None
-        if message[0] == "grown":
-            if len(self.buffer) < 5 + size or not self.fds:
-                return None             # its descriptor has not come yet
-            if self.buffer[4 + size:5 + size] != b"F":
-                raise OSError("a worker's descriptor marker is missing")
-            fd = self.fds.pop(0)
-            size += 1
-        del self.buffer[:4 + size]
-        return message, fd
-
-    def close(self):
-        for fd in self.fds:
-            os.close(fd)
-        self.fds = []
+def end_all(workers):
+    """Terminate every process of ``workers`` still running, and kill those still running
+    ``_KILL_WAIT`` seconds later: all at once, so ending many takes as long as ending one."""
+    for how in ("terminate", "kill"):
+        running = [w.process for w in workers if w.process.is_alive()]
+        if not running:
+            return
+        for process in running:
+            getattr(process, how)()
+        deadline = time.monotonic() + _KILL_WAIT
+        for process in running:
+            process.join(max(0.0, deadline - time.monotonic()))

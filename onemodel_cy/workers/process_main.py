@@ -1,27 +1,18 @@
 """The body of one worker process (``worker_mode="process"``, §1).
 
-A worker receives the pipeline once (a pickled ``_pipeline.Pipeline``), gives it a
+A worker receives the pipeline once (a pickled ``collate.pipeline.Pipeline``), gives it a
 collator that rents its batches from shared memory, and then takes steps from the
 engine's task board (``taskboard``: the posted step with the lowest global step,
-whichever worker is free first) until the board says stop.
-
-Its socket carries the rest, in order:
-
-* first ``("board", k, size)`` with two descriptors: the board's shared segment and the
-  read end of the doorbell; ``k`` is this worker's number on the board;
-* ``("map", slot, version, size)`` followed by a descriptor: the shared segment of
-  ``slot`` is now that one (sent before any step that uses it is posted);
-* ``None`` or the end of the socket: exit. The end of the socket is also how a worker
-  learns that its consumer is gone, killed or not: it then exits, leaving nothing behind
-  (its segments have no names).
+whichever worker is free first) until the board says stop. Its socket carries the rest:
+the board, the slots' segments, stop; its replies (``process_wire.py`` has every message).
+When its consumer is gone, killed or not, the socket ends and the worker exits, leaving
+nothing behind (its segments have no names).
 
 A step is built with the pipeline's ``build`` (the very function of thread and 0-worker
-streams, so the bytes are the same) straight into its slot's segment and
-answered ``("done", task, dims)``; when the batch does not fit the segment it is built in
-private memory, copied once into a new, larger segment (at least ``hint`` bytes, the
-largest batch the stream has seen) whose descriptor follows ``("grown", task, dims,
-size)``. An exception while building is answered ``("error", task, payload)``: the pickled
-exception when it pickles, and always its type, message and traceback text.
+streams, so the bytes are the same) straight into its slot's segment and answered
+``DONE``; when the batch does not fit the segment it is built in private memory, copied
+once into a new, larger segment (at least ``hint`` bytes, the largest batch the stream
+has seen) sent with ``GROWN``. An exception while building is answered ``ERROR``.
 """
 from __future__ import annotations
 
@@ -30,23 +21,9 @@ import pickle
 import select
 import signal
 import socket
-import traceback
 
-
-def _dims(batch):
-    n, channels, height, padded = batch.images.shape
-    return n, channels, height, padded, batch.targets.shape[0]
-
-
-def _error_payload(exc):
-    try:
-        blob = pickle.dumps(exc)
-        pickle.loads(blob)      # an exception whose pickle does not load back is sent as text
-    except Exception:
-        blob = None
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    kind = f"{type(exc).__module__}.{type(exc).__qualname__}"
-    return blob, kind, str(exc), text
+from onemodel_cy.workers.process_wire import (BOARD, DONE, ERROR, FATAL, GROWN, MAP, READY, STOP, batch_dims,
+                                              error_payload, receive, send)
 
 
 # glibc's mallopt parameters (malloc.h).
@@ -71,14 +48,6 @@ def _keep_freed_memory():
     mallopt(_M_MMAP_THRESHOLD, 16 << 20)
 
 
-def send(conn, sock, message, fds=()):
-    """``message`` on ``conn`` (multiprocessing's frame), then, when there are descriptors,
-    the one byte ``b"F"`` carrying them (``SCM_RIGHTS``): both sides' one way of sending."""
-    conn.send(message)
-    if fds:
-        socket.send_fds(sock, [b"F"], list(fds))
-
-
 def _mapped(fd, size):
     """The segment a received descriptor names, mapped (the descriptor itself is closed)."""
     from onemodel_cy.workers.shmring import Segment
@@ -96,20 +65,20 @@ class _Channel:
         self.segments = {}      # slot -> (version, Segment)
 
     def read(self):
-        """Handle one message; False when the worker is to exit (None, or the socket ended)."""
+        """Handle one message (a ``MAP``); False when the worker is to exit (``STOP``, or the
+        socket ended)."""
         try:
-            message = self.conn.recv()
-            if message is None:
-                return False
-            _, slot, version, size = message        # "map"
-            _, fds, _, _ = socket.recv_fds(self.sock, 1, 1)
+            message, fds = receive(self.conn, self.sock)
         except (EOFError, OSError):
             return False
+        if message is STOP or message[0] != MAP:
+            return False
+        _, slot, version, size = message
         self.segments[slot] = (version, _mapped(fds[0], size))
         return True
 
     def segment(self, slot, version):
-        """The segment of ``slot`` at ``version`` (its "map" was sent before the step was
+        """The segment of ``slot`` at ``version`` (its ``MAP`` was sent before the step was
         posted: read until it is here); None for a slot without memory yet, False to exit."""
         while version:
             known = self.segments.get(slot)
@@ -121,10 +90,12 @@ class _Channel:
 
 
 def _open_board(channel):
-    """The board and doorbell the consumer sends first: (board, k, doorbell)."""
+    """The board and doorbell the consumer sends first (``BOARD``): (board, k, doorbell)."""
     from onemodel_cy.workers.taskboard import TaskBoard
-    _, k, size = channel.conn.recv()
-    _, fds, _, _ = socket.recv_fds(channel.sock, 1, 2)
+    message, fds = receive(channel.conn, channel.sock)
+    if message is STOP or message[0] != BOARD:
+        raise EOFError("the consumer stopped before it sent the board")
+    _, k, size = message
     board_fd, doorbell = fds
     return TaskBoard(_mapped(board_fd, size)), k, doorbell
 
@@ -171,13 +142,13 @@ def main(conn, payload):
     try:
         pipeline = pickle.loads(payload).with_pool(pool)
     except BaseException as exc:
-        conn.send(("fatal", _error_payload(exc)))
+        conn.send((FATAL, error_payload(exc)))
         return
     workspace = pipeline.workspace()
     poller = select.poll()
     for fd in (doorbell, conn.fileno()):
         poller.register(fd, select.POLLIN)
-    conn.send(("ready", os.getpid()))
+    conn.send((READY, os.getpid()))
     try:
         while (claimed := _next_task(board, k, channel, doorbell, poller)) is not None:
             _, task, g, slot, version, hint = claimed
@@ -188,15 +159,15 @@ def main(conn, payload):
             try:
                 batch = pipeline.build(g, workspace)
             except BaseException as exc:
-                conn.send(("error", task, _error_payload(exc)))
+                conn.send((ERROR, task, error_payload(exc)))
                 continue
             if pool.last_shared:
-                reply, grown = ("done", task, _dims(batch)), None
+                reply, grown = (DONE, task, batch_dims(batch)), None
             else:       # grow the slot: a new, larger segment, filled with this batch
                 grown = Segment.create(max(batch.nbytes, hint))
                 copy_block(batch, grown)
                 channel.segments[slot] = (version + 1, grown)
-                reply = ("grown", task, _dims(batch), grown.size)
+                reply = (GROWN, task, batch_dims(batch), grown.size)
             del batch
             send(conn, channel.sock, reply, [grown.fd] if grown is not None else ())
             if grown is not None:

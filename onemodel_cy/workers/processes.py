@@ -3,10 +3,10 @@
 Why processes: a dataset or transform that is mostly Python holds the GIL, so worker
 threads take turns instead of working together; worker processes each have their own.
 
-What is sent: the pipeline (``_pipeline.Pipeline``: dataset, sampler, collator, seed,
-transform, the rank's slots), pickled once per engine and given to each worker when it
-starts; afterwards only small messages travel (``process_main`` describes them), and the
-steps to build are posted on a shared task board (``taskboard``). Processes
+What is sent: the pipeline (``collate.pipeline.Pipeline``: dataset, sampler, collator,
+seed, transform, the rank's slots), pickled once per engine and given to each worker when
+it starts; afterwards only small messages travel (``process_wire`` is their one home),
+and the steps to build are posted on a shared task board (``taskboard``). Processes
 (``process_link``) are started with
 ``forkserver`` where the platform has it, else ``spawn``: never a bare ``fork`` of a
 parent that may run threads.
@@ -28,10 +28,16 @@ Failures: an exception in a worker is delivered at its step (its type when it pi
 always with its message and traceback text); a worker that dies is reported at the
 first step it owed, with its exit code. Either way nothing after that step is delivered.
 
-Lifetimes: ``shutdown`` (close, leaving ``with``, a dropped stream, Ctrl-C through the
-stream's error path, interpreter exit) asks every worker to stop, waits a bounded time,
-then terminates. A worker whose consumer was killed sees its socket end and exits; the
-shared memory has no name, so nothing is left in ``/dev/shm``.
+Lifetimes: ``signal_close`` (interpreter exit, and the first thing ``shutdown`` does)
+marks the engine closed, tells the board to stop and rings every sleeping worker, and
+waits for nothing. ``shutdown`` (close, leaving ``with``, a dropped stream, Ctrl-C through
+the stream's error path) then waits for the workers to exit, ``join_timeout`` seconds in
+all but never more than ``_STOP_WAIT`` (a process, unlike a thread, can be ended, and a
+batch built after close is thrown away), and terminates those still running, naming the
+ones that were building a step in a ``StuckWorkerWarning``. At interpreter exit
+multiprocessing's own exit handler ends the worker processes (they are daemons). A
+worker whose consumer was killed sees its socket end and exits; the shared memory has no
+name, so nothing is left in ``/dev/shm``.
 """
 from __future__ import annotations
 
@@ -39,19 +45,22 @@ import multiprocessing.process
 import os
 import pickle
 import select
+import sys
 import threading
 import time
+import warnings
 import weakref
 
-from onemodel_cy.core.validate import note_exception
-from onemodel_cy.workers.process_link import Worker, context
+from onemodel_cy.workers.process_link import Worker, context, end_all
+from onemodel_cy.workers.process_wire import BOARD, ERROR, FATAL, GROWN, MAP, READY, raised
+from onemodel_cy.workers.protocol import StuckWorkerWarning
 from onemodel_cy.workers.shmring import Segment, ShmRing
 from onemodel_cy.workers.taskboard import TaskBoard, board_bytes
-from onemodel_cy.workers.window import StepWindow
+from onemodel_cy.workers.window import EngineBase, StepWindow
 
 __all__ = ["ProcessEngine", "pickled_pipeline"]
 
-_STOP_WAIT = 2.0        # seconds a stopping worker may take to finish its build, then SIGTERM
+_STOP_WAIT = 2.0        # seconds (at most join_timeout) a stopping worker may take to end, then SIGTERM
 _LONGEST_POLL_MS = 2**31 - 1     # poll() takes a C int of milliseconds: a longer wait polls again
 
 
@@ -73,25 +82,16 @@ def pickled_pipeline(pipeline) -> bytes:
 
 def _remote_error(worker, g, payload):
     """The exception a worker reported for step g, as the consumer raises it."""
-    blob, kind, message, text = payload
-    error = None
-    if blob is not None:
-        try:
-            error = pickle.loads(blob)
-        except Exception:
-            error = None
-    if not isinstance(error, BaseException):
-        error = RuntimeError(f"{kind}: {message}")
-    note_exception(error, f"onemodel_cy: raised in worker process {worker.process.pid} while building global "
-                          f"step {g}; its traceback there:\n{text.rstrip()}")
-    return error
+    return raised(payload, f"onemodel_cy: raised in worker process {worker.process.pid} while building "
+                           f"global step {g}")
 
 
-class ProcessEngine:
+class ProcessEngine(EngineBase):
     """A loader's worker processes and their shared ring; serves one stream at a time.
 
     An engine of ``protocol.Engine``. Driven by the consumer's thread; ``shutdown`` may
-    come from any thread.
+    come from any thread. ``skip``, ``reposition`` and ``park`` are ``EngineBase``'s, over
+    ``_drop`` and ``_refill``.
     """
 
     def __init__(self, loader, workers, start, limit):
@@ -99,10 +99,13 @@ class ProcessEngine:
         payload = pickled_pipeline(self.pipeline)      # before any process starts
         self.owner = weakref.ref(loader)
         self.workers, self.prefetch = workers, loader.prefetch
-        self.lock = threading.Lock()             # makes shutdown idempotent across threads
+        self.join_timeout = loader.join_timeout
+        # Held only for a few writes that never block (signal_close) and to close the pipes
+        # they write to, never across a wait.
+        self.lock = threading.Lock()
         self._state = threading.RLock()          # everything below
         self._wake_r, self._wake_w = os.pipe()   # lets another thread's close wake a waiting consumer
-        self.closed = self.forsaken = False
+        self.closed = self.forsaken = self.shut = False
         self.window = StepWindow(self.prefetch, start, limit, True)    # the consumer builds `start`
         self.ring = ShmRing()
         self.versions = []                       # slot -> segment version (0: no segment yet)
@@ -114,8 +117,8 @@ class ProcessEngine:
         # anyway, posting waits for answers (_dispatch).
         self.board = TaskBoard.create(self.prefetch + 2 * workers)
         self._doorbell_r, self._doorbell_w = os.pipe()
-        for end in (self._doorbell_r, self._doorbell_w):
-            os.set_blocking(end, False)          # neither side ever waits on the pipe itself
+        for end in (self._doorbell_r, self._doorbell_w, self._wake_w):
+            os.set_blocking(end, False)          # no side ever waits on a pipe itself
         self.tasks = {}                          # task id -> (g, slot, board entry)
         self.results = {}                        # g -> ("batch", slot, dims) | ("error", exception)
         self.dispatched = {}                     # g -> task id, steps sent and not yet answered
@@ -128,7 +131,7 @@ class ProcessEngine:
             worker = Worker(ctx, payload, k)
             self.pool.append(worker)
             try:
-                worker.send(("board", k, board_bytes(self.board.entries)), self.board.fd, self._doorbell_r)
+                worker.send((BOARD, k, board_bytes(self.board.entries)), self.board.fd, self._doorbell_r)
             except OSError:
                 pass                             # it died at once: its exit is reported by _wait
         self.threads = [w.process for w in self.pool]      # BatchStream's repr counts them
@@ -180,7 +183,7 @@ class ProcessEngine:
             if worker.alive and version and worker.known.get(slot) != version:
                 segment = self.ring.segment(slot)
                 try:
-                    worker.send(("map", slot, version, segment.size), segment.fd)
+                    worker.send((MAP, slot, version, segment.size), segment.fd)
                     worker.known[slot] = version
                 except OSError:
                     self._worker_died(worker)
@@ -202,12 +205,12 @@ class ProcessEngine:
             self._handle(worker, *item)
 
     def _handle(self, worker, message, fd):
-        """One reply of ``worker`` (``fd``: the descriptor of a "grown" one)."""
+        """One reply of ``worker`` (``fd``: the descriptor of a ``GROWN`` one)."""
         kind = message[0]
-        if kind == "ready":
+        if kind == READY:
             worker.ready = True
             return
-        if kind == "fatal":         # it could not rebuild the pipeline: the stream stops at its next step
+        if kind == FATAL:           # it could not rebuild the pipeline: the stream stops at its next step
             self._retire(worker)
             self.fatal = lambda g: _remote_error(worker, g, message[1])
             if self.dispatched:
@@ -222,7 +225,7 @@ class ProcessEngine:
             raise OSError(f"a worker answered task {task}, which it was not given")
         g, slot, entry = self.tasks.pop(task)
         self.board.free(entry)
-        if kind == "grown":
+        if kind == GROWN:
             segment = Segment(fd, message[3])
             self.versions[slot] += 1
             self.ring.adopt(slot, segment)
@@ -230,7 +233,7 @@ class ProcessEngine:
         current = self.dispatched.get(g) == task
         if current:
             del self.dispatched[g]
-        if kind == "error":
+        if kind == ERROR:
             self.ring.release(slot)
             if current:
                 self._set_result(g, ("error", _remote_error(worker, g, message[2])))
@@ -260,7 +263,7 @@ class ProcessEngine:
             return
         self._take_last_answers(worker)
         if not worker.alive:
-            return      # it reported "fatal"
+            return      # it reported FATAL
         self._retire(worker)
         code = worker.exit_code()
         if code is None:
@@ -340,8 +343,11 @@ class ProcessEngine:
     # -- the consumer's side -------------------------------------------------------------
 
     def take(self, g, timeout):
-        """Step g's batch, waiting for it; raises its build's exception, StopIteration once
-        closed, TimeoutError after ``timeout`` seconds (None: wait while a worker lives)."""
+        """Step g's batch, waiting for it; None when g is the consumer's to build (then
+        ``skip``); raises its build's exception, StopIteration once closed, TimeoutError
+        after ``timeout`` seconds (None: wait while a worker lives)."""
+        if g == self.window.local:
+            return None                 # claimed for the consumer: never posted
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._state:
             while g not in self.results:
@@ -365,31 +371,20 @@ class ProcessEngine:
             self._dispatch()
         return batch
 
-    def skip(self, g):
-        with self._state:
-            if self.window.skip(g):
-                self._dispatch()
-
     def fits(self, loader, workers):
         return (not self.closed and loader.worker_mode == "process" and loader._pipeline is self.pipeline
                 and workers == self.workers and loader.prefetch == self.prefetch
                 and all(w.alive for w in self.pool))       # (a forsaken engine is closed)
 
-    def reposition(self, start, limit):
-        with self._state:
-            local = self.window.reposition(start, limit, self._drop)
+    def _refill(self):
+        """(Under ``_state``; EngineBase.) Post the window's steps not yet posted."""
+        if not self.closed:
             self._dispatch()
-        return local
-
-    def park(self, next_g, keep_prefetching):
-        with self._state:
-            self.window.park(next_g, keep_prefetching, self._drop)
-            if not self.closed:
-                self._dispatch()
 
     def _drop(self, start):
-        """(Under ``_state``.) Release every built batch and forget every step sent; stand at ``start``.
-        Answers already sent are read first: their entries are free again at once."""
+        """(Under ``_state``; EngineBase.) Release every built batch's slot and forget every
+        step sent; stand at ``start``. Answers already sent are read first: their entries are
+        free again at once. No batch was made of a slot yet: none to close (an empty tuple)."""
         self._read_what_came()
         for result in self.results.values():
             if result[0] == "batch":
@@ -399,6 +394,7 @@ class ProcessEngine:
             self._withdraw(task)
         self.dispatched.clear()
         self.window.moved(start)
+        return ()
 
     def idle(self):
         """(Every live worker asleep on the board, no step posted or being built.) Answers
@@ -409,8 +405,20 @@ class ProcessEngine:
             return self.board.sleepers == sum(w.alive for w in self.pool) and not self.tasks
 
     def signal_close(self):
-        """Interpreter exit: end the workers now."""
-        self.shutdown()
+        """Mark closed and wake every waiter, waiting for nothing: a consumer in ``take``
+        returns, the board tells busy workers to take nothing more, and each sleeping worker
+        gets a doorbell byte (then sees the stop and exits). Every write is to a pipe that
+        never blocks; ``shutdown`` joins."""
+        with self.lock:
+            if self.closed:             # (a forsaken engine is closed)
+                return
+            self.closed = True
+            self.board.stop()
+            for end, count in ((self._wake_w, 1), (self._doorbell_w, len(self.pool))):
+                try:
+                    os.write(end, b"x" * count)
+                except OSError:         # (BlockingIOError: bytes nobody read yet wake them anyway)
+                    pass
 
     def forsake(self):
         """(After fork, in the child: see ``protocol.Engine.forsake``.) The workers are the
@@ -429,34 +437,44 @@ class ProcessEngine:
         self.board.close_fd()
 
     def shutdown(self):
-        """End every worker: ask, wait a bounded time, then terminate (idempotent)."""
+        """End every worker (idempotent): ``signal_close``, then wait for them to exit,
+        ``join_timeout`` seconds in all but never more than ``_STOP_WAIT``, terminate those
+        still running (``_end_workers``), and let go of the ring, the board and the pipes."""
         if self.forsaken:
             return
         with self.lock:
-            if self.closed:
-                return
-            self.closed = True
-        try:
-            os.write(self._wake_w, b"x")         # a consumer waiting in take() returns
-        except OSError:
-            pass
+            first, self.shut = not self.shut, True
+        self.signal_close()
+        if not first or sys.is_finalizing():
+            return      # (at exit multiprocessing's own handler has ended the daemon workers)
         with self._state:
-            self.board.stop()                    # a busy worker takes nothing more
             for worker in self.pool:
-                try:
-                    worker.conn.send(None)
-                except OSError:
-                    pass
-            deadline = time.monotonic() + _STOP_WAIT
+                worker.stop()
+            self._end_workers()
             for worker in self.pool:
-                worker.process.join(max(0.0, deadline - time.monotonic()))
-            for worker in self.pool:
-                worker.end()
                 worker.close()
             self.ring.close()           # only the slots of batches the user still holds stay mapped
             self.board.close_fd()
             self.results.clear()
-            self._close_pipes()
+            with self.lock:             # (signal_close writes to them under it)
+                self._close_pipes()
+
+    def _end_workers(self):
+        """(Under ``_state``, closed.) Wait for the workers to exit, ``join_timeout`` in all, at
+        most ``_STOP_WAIT``; terminate the rest, and name those that held a step of the board
+        then (still inside dataset, transform or augmentation code) in a ``StuckWorkerWarning``."""
+        wait = min(self.join_timeout, _STOP_WAIT)
+        deadline = time.monotonic() + wait
+        for worker in self.pool:
+            worker.process.join(max(0.0, deadline - time.monotonic()))
+        late = [worker for worker in self.pool if worker.process.is_alive()]
+        building = {self.board.claimant(entry) for _, _, entry in self.tasks.values()}
+        stuck = [worker.process.pid for worker in late if worker.k in building]
+        end_all(late)
+        if stuck:
+            warnings.warn(f"onemodel_cy: worker processes {stuck} still inside dataset/transform/augmentation "
+                          f"code {wait} s after close() (DataLoader join_timeout={self.join_timeout}, at most "
+                          f"{_STOP_WAIT} s for processes); they were terminated", StuckWorkerWarning, stacklevel=4)
 
     def _close_pipes(self):
         """Close the wake-up and doorbell pipes once: a number closed here may be reused by

@@ -1,7 +1,8 @@
 """§1 what every worker engine answers: the ``Engine`` protocol, and what engines share.
 
 A stream (``onemodel_cy.stream.BatchStream``) drives one engine at a time; the registry
-(``registry.py``) chooses, keeps and ends them. Three engines implement the protocol:
+(``registry.py``) chooses, keeps, fits or replaces, and ends them. Three engines implement
+the protocol:
 
 * ``threads.ThreadEngine``: worker threads running the pipeline's ``build``;
 * ``lane.LaneEngine``: the packed lane, for a pipeline that ``splits()``: the consumer
@@ -9,8 +10,18 @@ A stream (``onemodel_cy.stream.BatchStream``) drives one engine at a time; the r
 * ``processes.ProcessEngine``: worker processes (``worker_mode="process"``) building into
   shared memory from a task board.
 
-Each owns a :class:`~onemodel_cy.workers.window.StepWindow` (which steps, in what order)
-and adds only its mechanism (who builds, where a batch lives, how a waiter wakes).
+Each owns a :class:`~onemodel_cy.workers.window.StepWindow` (which steps, in what order,
+and which one is the consumer's to build) and adds only its mechanism (who builds, where
+a batch lives, how a waiter wakes). What they do alike with their window, ``skip``,
+``reposition`` and ``park``, is written once, in ``window.EngineBase``.
+
+Closing comes in two steps: ``signal_close`` marks the engine closed and wakes every
+waiter without waiting for anything (it may run at interpreter exit, or on a thread that
+must not block); ``shutdown`` does that, then waits for the workers at most
+``join_timeout`` seconds in all (``DataLoader(join_timeout=...)``, ``DEFAULT_JOIN_TIMEOUT``)
+and reports a worker still inside user code then with a ``StuckWorkerWarning``: a thread
+is left to end by itself; a process, which can be ended and so gets at most 2 s of the
+wait (``processes._STOP_WAIT``), is terminated.
 """
 from __future__ import annotations
 
@@ -53,22 +64,27 @@ class Engine(Protocol):
     workers: int            # how many workers it was started with
     prefetch: int           # the window's depth
     persistent: bool        # parked between streams (persistent_workers) rather than ended
+    join_timeout: float     # seconds, in all, shutdown waits for its workers (DataLoader's join_timeout)
     owner: "weakref.ref[Any]"
     pipeline: "Pipeline"
     window: "StepWindow"
     threads: list           # its worker threads or processes (for repr and the tests)
+    closed: bool            # set by signal_close (and forsake): it serves nothing more
     forsaken: bool          # in a child made by fork: the engine is the parent's (forsake)
 
     def fits(self, loader: Any, workers: int) -> bool:
         """Whether it can serve ``loader``'s next stream with ``workers`` workers: the
         same pipeline, kind, worker count and prefetch, every worker alive."""
 
-    def take(self, g: int, timeout: "float | None") -> "ImageBatch":
-        """Step ``g``'s batch, waiting for it; raises its build's exception, StopIteration
-        once closed, TimeoutError after ``timeout`` seconds (None: wait while a worker lives)."""
+    def take(self, g: int, timeout: "float | None") -> "ImageBatch | None":
+        """Step ``g``'s batch, waiting for it; None when ``g`` is the consumer's to build
+        (the step the window claimed for it, ``window.local``: the first of a new or
+        repositioned engine), which the consumer then builds and hands to ``skip``. Raises
+        its build's exception, StopIteration once closed, TimeoutError after ``timeout``
+        seconds (None: wait while a worker lives)."""
 
     def skip(self, g: int) -> None:
-        """The consumer built step ``g``, claimed for it, itself: move the window on."""
+        """The consumer built step ``g``, which ``take`` left to it: move the window on."""
 
     def reposition(self, start: int, limit: "int | None") -> bool:
         """Serve steps ``[start, limit)``; True when ``start`` is the consumer's to build."""
@@ -80,11 +96,16 @@ class Engine(Protocol):
         """Every live worker waits for a step, with nothing handed out or being built."""
 
     def signal_close(self) -> None:
-        """Mark closed and wake every waiter, without waiting (interpreter exit)."""
+        """Mark closed and wake every waiter (a consumer in ``take``, sleeping workers),
+        and never wait: no join, no lock a worker may hold while it builds. Idempotent;
+        does nothing once forsaken. Runs at interpreter exit (``registry.py``) and first
+        in ``shutdown``."""
 
     def shutdown(self) -> None:
-        """End the workers and wait for them a bounded time (idempotent). Does nothing
-        once forsaken."""
+        """``signal_close``, then end the workers, waiting for them at most
+        ``join_timeout`` seconds in all; a worker still inside user code then is named in
+        a ``StuckWorkerWarning`` (a thread is left to end by itself, a process is
+        terminated). Idempotent. Does nothing once forsaken."""
 
     def forsake(self) -> None:
         """(In a child made by ``fork``, on its only thread, before anything else runs.)

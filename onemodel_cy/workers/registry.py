@@ -3,8 +3,11 @@
 Engines belong to the loader, not to one stream (``persistent_workers=True``, the
 default). A stream that closes hands its engine back (``release_engine``): it is parked
 in ``loader._idle_engine`` with whatever it built for the stream's next steps; the next
-stream adopts it (``acquire_engine``), repositioned when it starts elsewhere. A stream
-that ends in an error ends its engine. ``loader.close()`` (``close_engines``), collecting
+stream adopts it (``acquire_engine``), repositioned when it starts elsewhere. Whether a
+kept engine fits the new stream (the same pipeline, kind, worker count and prefetch,
+every worker alive), or is ended and replaced, is decided here, in ``acquire_engine``,
+for the stream's own engine and the loader's parked one alike. A stream that ends in an
+error ends its engine. ``loader.close()`` (``close_engines``), collecting
 the loader, and interpreter exit end them all.
 
 Fork: an engine belongs to the process that made it. In a child made by ``os.fork`` (or
@@ -31,6 +34,10 @@ _handover = threading.Lock()     # guards every loader's ``_idle_engine``
 
 @atexit.register
 def _close_all_engines():
+    """At interpreter exit, close every engine without waiting for any worker
+    (``signal_close``): a thread stuck in user code must not hold up the exit (worker
+    threads are daemons), and worker processes, also daemons, are ended by
+    multiprocessing's own exit handler."""
     for engine in list(_live_engines):
         engine.signal_close()
 
@@ -79,19 +86,35 @@ def engine_class(loader):
     return ThreadEngine
 
 
-def acquire_engine(loader, workers, start, limit):
-    """An engine for a stream of steps [start, limit), and whether the consumer builds
-    ``start`` itself: the loader's idle engine (adopted, or repositioned when it stands
-    elsewhere), else a new one, whose first step the consumer builds while its workers start."""
-    with _handover:
-        engine, loader._idle_engine = loader._idle_engine, None
-    if engine is not None:
-        if engine.fits(loader, workers):
-            return engine, engine.reposition(start, limit)
-        engine.shutdown()
-    engine = engine_class(loader)(loader, workers, start, limit)
-    _live_engines.add(engine)
-    return engine, True
+def acquire_engine(loader, workers, start, limit, held=None):
+    """The engine for a stream of steps [start, limit) with ``workers`` workers (None for
+    0: the consumer builds every step): ``held`` (the stream's own engine, when it
+    restarts) if it fits, else the loader's parked engine if it fits, else a new one.
+    Whether the consumer builds ``start`` itself is the engine's window's to know
+    (``take`` answers None for it): so for a new engine, whose workers are still
+    starting, and for a kept one with nothing built there."""
+    engine = _fitted(held, loader, workers, start, limit)
+    if engine is None:
+        with _handover:
+            idle, loader._idle_engine = loader._idle_engine, None
+        engine = _fitted(idle, loader, workers, start, limit)
+    if engine is None and workers:
+        engine = engine_class(loader)(loader, workers, start, limit)
+        _live_engines.add(engine)
+    return engine
+
+
+def _fitted(engine, loader, workers, start, limit):
+    """``engine`` repositioned at ``start`` when it fits ``loader``'s stream of ``workers``
+    workers (the same pipeline, kind, worker count and prefetch, every worker alive); else
+    it is ended, and the answer is None."""
+    if engine is None:
+        return None
+    if workers and engine.fits(loader, workers):
+        engine.reposition(start, limit)
+        return engine
+    engine.shutdown()
+    return None
 
 
 def release_engine(loader, engine, next_g, completed_pass):

@@ -33,22 +33,17 @@ import weakref
 
 from onemodel_cy.collate.bufferpool import PoolWindow
 from onemodel_cy.workers.protocol import StuckWorkerWarning
-from onemodel_cy.workers.window import StepWindow
+from onemodel_cy.workers.window import EngineBase, StepWindow, close_batches
 
 __all__ = ["ThreadEngine"]
 
 
-def _close_all(batches):
-    for batch in batches:
-        if batch is not None:
-            batch.close()
-
-
-class ThreadEngine:
+class ThreadEngine(EngineBase):
     """A loader's worker threads and the ring they fill; serves one stream at a time.
 
     Holds the loader only weakly, so a loader that is dropped is collected and its
-    ``__del__`` ends the threads; the pipeline it builds, strongly.
+    ``__del__`` ends the threads; the pipeline it builds, strongly. ``skip``,
+    ``reposition`` and ``park`` are ``EngineBase``'s, over ``_drop`` and ``_refill``.
     """
 
     def __init__(self, loader, workers, start, limit):
@@ -59,8 +54,8 @@ class ThreadEngine:
         self.workers = workers
         # Reentrant: the cycle collector may run a loader's __del__ (which closes this
         # engine) on a worker thread that holds the lock.
-        self.lock = threading.RLock()
-        self.room = threading.Condition(self.lock)      # workers wait here for a claimable step
+        self._state = threading.RLock()
+        self.room = threading.Condition(self._state)      # workers wait here for a claimable step
         # Slot k's ready lock is released exactly while the slot holds a delivered step, or
         # once the engine is over (closed, or no worker left), to wake the consumer.
         self.ready = [threading.Lock() for _ in range(self.prefetch)]
@@ -70,7 +65,7 @@ class ThreadEngine:
         self.batches = [None] * self.prefetch
         self.errors = [None] * self.prefetch
         self.window = StepWindow(self.prefetch, start, limit, True)    # the consumer builds `start`
-        self.generation = 0           # bumped by _empty: builds of an older one are discarded
+        self.generation = 0           # bumped by _drop: builds of an older one are discarded
         self.closed = self.forsaken = False
         self.alive = workers
         self.waiting = 0              # workers waiting in claim for room (idle() counts them)
@@ -100,7 +95,7 @@ class ThreadEngine:
                         continue
                     except RuntimeError:    # "can't start new thread": the rest never run
                         pass
-            with self.lock:
+            with self._state:
                 self.alive -= len(self.threads) - k
                 if self.alive == 0:         # a consumer waiting on no worker at all must know
                     self._wake_consumer()
@@ -114,7 +109,7 @@ class ThreadEngine:
         (a persistent engine parks there until the next stream moves its limit; one whose
         build failed waits for its close)."""
         window = self.window
-        with self.lock:
+        with self._state:
             while True:
                 if self.closed:
                     return None
@@ -130,7 +125,7 @@ class ThreadEngine:
 
     def deliver(self, g, generation, batch, error):
         """Leave step g's batch (or exception) in its slot, unless a reset or close made it stale."""
-        with self.lock:
+        with self._state:
             stale = generation != self.generation or self.closed
             if not stale:
                 k = g % self.prefetch
@@ -142,7 +137,7 @@ class ThreadEngine:
             batch.close()
 
     def worker_ended(self):
-        with self.lock:
+        with self._state:
             self.alive -= 1
             if self.alive == 0:
                 self._wake_consumer()
@@ -157,12 +152,15 @@ class ThreadEngine:
     # -- the consumer's side -------------------------------------------------------------
 
     def take(self, g, timeout):
-        """Step g's batch, waiting for it; raises its build's exception, StopIteration once
-        closed, TimeoutError after ``timeout`` seconds (None: wait while a worker lives)."""
+        """Step g's batch, waiting for it; None when g is the consumer's to build (then
+        ``skip``); raises its build's exception, StopIteration once closed, TimeoutError
+        after ``timeout`` seconds (None: wait while a worker lives)."""
+        if g == self.window.local:
+            return None                 # claimed for the consumer: no worker builds it
         k = g % self.prefetch
         ready = self.ready[k]
         got = ready.acquire() if timeout is None else ready.acquire(True, timeout)
-        with self.lock:
+        with self._state:
             if not got:
                 got = ready.acquire(False)      # delivered just as the wait timed out
             if self.steps[k] != g:
@@ -183,40 +181,24 @@ class ThreadEngine:
             raise error
         return batch
 
-    def skip(self, g):
-        with self.lock:
-            if self.window.skip(g):
-                self.room.notify()
-
     def fits(self, loader, workers):
         if self.forsaken:
             return False
-        with self.lock:
+        with self._state:
             return (not self.closed and loader.worker_mode == "thread" and loader._pipeline is self.pipeline
                     and self.alive == workers == self.workers and loader.prefetch == self.prefetch)
 
     def idle(self):
-        with self.lock:
+        with self._state:
             return self.waiting == self.alive and not self.window.has_room()
 
-    def reposition(self, start, limit):
-        stale = []
-        with self.lock:
-            local = self.window.reposition(start, limit, lambda at: stale.extend(self._empty(at)))
-            self.room.notify_all()
-        _close_all(stale)
-        return local
+    def _refill(self):
+        """(Under the lock; EngineBase.) The window moved: wake the workers waiting for room."""
+        self.room.notify_all()
 
-    def park(self, next_g, keep_prefetching):
-        stale = []
-        with self.lock:
-            self.window.park(next_g, keep_prefetching, lambda at: stale.extend(self._empty(at)))
-            self.room.notify_all()
-        _close_all(stale)
-
-    def _empty(self, start):
-        """(Under the lock.) Discard the ring and every build in flight; stand at ``start``.
-        Returns the discarded batches, for the caller to close outside the lock."""
+    def _drop(self, start):
+        """(Under the lock; EngineBase.) Discard the ring and every build in flight; stand at
+        ``start``. Returns the discarded batches, for the caller to close outside the lock."""
         self.generation += 1           # builds in flight are discarded on delivery
         for k, step in enumerate(self.steps):
             if step != -1:
@@ -229,7 +211,7 @@ class ThreadEngine:
 
     def _close(self):
         """Mark closed and wake every waiter; returns the ring's batches, to be closed."""
-        with self.lock:
+        with self._state:
             self.closed = True
             stale, self.batches = self.batches, [None] * self.prefetch
             self.steps = [-1] * self.prefetch
@@ -238,8 +220,10 @@ class ThreadEngine:
         return stale
 
     def signal_close(self):
+        """Mark closed, wake every waiter, close the ring's batches; waits for no worker (the
+        lock it takes is held only between builds, never across one)."""
         if not self.forsaken:
-            _close_all(self._close())
+            close_batches(self._close())
 
     def forsake(self):
         """(After fork, in the child: see ``protocol.Engine.forsake``.) No thread of it runs
@@ -247,9 +231,11 @@ class ThreadEngine:
         self.forsaken = self.closed = True
 
     def shutdown(self):
-        """End the threads: wake them, then join them (a build in progress runs to its end).
-        Called on one of its own workers (a loader's __del__), it only wakes them: that
-        worker may hold the lock the others need to end."""
+        """End the threads: ``signal_close``, then join them, ``join_timeout`` seconds in all (a
+        build in progress runs to its end; a thread still in one then is named in a
+        ``StuckWorkerWarning`` and left to end by itself). Called on one of its own workers
+        (a loader's __del__), it only wakes them: that worker may hold the lock the others
+        need to end."""
         if self.forsaken:
             return
         self.signal_close()

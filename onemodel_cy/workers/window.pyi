@@ -1,6 +1,8 @@
 # Type stubs for the compiled module onemodel_cy.workers.window (§1 the step window every
 # worker engine shares).
-from typing import Callable
+from typing import Callable, Iterable
+
+from onemodel_cy.collate.batch import ImageBatch
 
 class StepWindow:
     @property
@@ -26,3 +28,14 @@ class StepWindow:
     def moved(self, start: int) -> None: ...
     def reposition(self, start: int, limit: int | None, drop: Callable[[int], object]) -> bool: ...
     def park(self, next_g: int, keep_prefetching: bool, drop: Callable[[int], object]) -> None: ...
+
+# skip, reposition and park of every engine (ThreadEngine and ProcessEngine inherit it;
+# LaneEngine takes the three as class attributes), over the engine's window, _state,
+# _drop and _refill.
+class EngineBase:
+    def skip(self, g: int) -> None: ...
+    def reposition(self, start: int, limit: int | None) -> bool: ...
+    def park(self, next_g: int, keep_prefetching: bool) -> None: ...
+
+# Close every batch of `batches` (None: an empty slot).
+def close_batches(batches: Iterable[ImageBatch | None]) -> None: ...

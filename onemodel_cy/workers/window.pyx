@@ -13,12 +13,15 @@ waiter wakes). The window is the range of global steps ``[next_take, end())``:
 * ``failed_at``: the lowest step whose build raised; nothing past it is handed out, so
   the stream ends at that step with its error.
 * ``local``: a step claimed for the consumer to build itself (the first step of a new
-  or repositioned engine, built while no worker has it yet); ``skip`` moves past it.
+  or repositioned engine, built while no worker has it yet). It is the one record of
+  that claim: an engine's ``take(g)`` answers None for it, and ``skip`` moves past it
+  once the consumer built it.
 
 ``reposition`` (a stream starts) and ``park`` (a stream closed) are the two moves of a
-kept engine. When the window must move elsewhere, they call the engine's ``drop(start)``,
-which empties the engine's own ring and then calls ``moved(start)``. Not thread-safe:
-each engine calls it under its own lock.
+kept engine. When the window must move elsewhere, they call ``drop(start)``, which
+empties the engine's own ring and then calls ``moved(start)``. Not thread-safe: each
+engine calls it under its own lock, through ``EngineBase`` below, the one home of the
+engines' ``skip``, ``reposition`` and ``park``.
 """
 from onemodel_cy.core.validate import G_END as _G_END     # (private here: the stub lists the API)
 
@@ -143,3 +146,67 @@ cdef class StepWindow:
     def __repr__(self):
         return (f"StepWindow(next_take={self.next_take}, next_out={self.next_out}, local={self.local}, "
                 f"limit={self.limit}, failed_at={self.failed_at}, prefetch={self.prefetch})")
+
+
+class EngineBase:
+    """``skip``, ``reposition`` and ``park``: what every engine does with its window, once.
+
+    Each is the ``StepWindow``'s rule made under the engine's lock, then the workers let
+    at the steps it opened. An engine gives:
+
+    * ``window``, its ``StepWindow``, and ``_state``, the reentrant lock its window and
+      ring change under;
+    * ``_drop(start)`` (under ``_state``, when the window must stand elsewhere): empty the
+      ring, discard the builds in flight, ``window.moved(start)``; returns the batches the
+      ring held, which are closed here once the lock is let go, before the refill;
+    * ``_refill()`` (under ``_state``): let the workers at the window's steps (wake them,
+      or post the steps), unless the engine is closed.
+
+    A Python class (compiled here, so its functions carry their signatures): ``ThreadEngine``
+    and ``ProcessEngine`` inherit it; ``LaneEngine``, a cdef class, cannot inherit a Python
+    class and takes the three functions as class attributes. A cdef base for all three
+    was the other way, and the worse one: a Python class deriving from a cdef class loses
+    CPython's specialised instance-attribute reads (about three times slower on 3.11),
+    which the Python engines' ``take`` makes on every step. None of the three moves is on
+    a step's path: a stream calls them when it starts, when it closes, and after building
+    the step ``take`` left to it.
+    """
+
+    def skip(self, g):
+        """The consumer built step ``g``, which ``take`` left to it: move the window on. (A
+        claim that is gone, the stream closed meanwhile from another thread, moves nothing.)"""
+        with self._state:
+            if self.window.skip(g):
+                self._refill()
+
+    def reposition(self, start, limit):
+        """Serve steps ``[start, limit)``, keeping what was built when the window already
+        stands at ``start``; True when ``start`` is the consumer's to build."""
+        return _move(self, self.window.reposition, start, limit)
+
+    def park(self, next_g, keep_prefetching):
+        """The stream closed at ``next_g``: keep what was built for a stream resuming there
+        (``StepWindow.park`` says when it is dropped instead)."""
+        _move(self, self.window.park, next_g, keep_prefetching)
+
+
+def _move(engine, move, at, argument):
+    """``move(at, argument, drop)`` on ``engine``'s window under its lock; the batches a drop
+    took from the ring are closed once the lock is let go, and before the refill, so that
+    the new steps may be built in their blocks."""
+    dropped = []
+    with engine._state:
+        answer = move(at, argument, lambda start: dropped.extend(engine._drop(start)))
+    try:
+        close_batches(dropped)
+    finally:
+        with engine._state:
+            engine._refill()
+    return answer
+
+
+def close_batches(batches):
+    """Close every batch of ``batches`` (None: an empty slot): what an engine's ring held."""
+    for batch in batches:
+        if batch is not None:
+            batch.close()
