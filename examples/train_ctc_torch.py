@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -35,7 +36,6 @@ import torch
 from torch import nn
 
 import onemodel_cy as om
-from onemodel_cy.data.vocabulary import check_same
 from onemodel_cy.interop import to_torch
 
 HEIGHT, MAX_LENGTH, NUM_SYMBOLS, SCALE, NOISE = 20, 5, 10, 2, 0.5
@@ -51,8 +51,11 @@ def make_dataset(count, seed):
 
 def open_pack(path, mean, std):
     """A pack written from text, at one height (as ``onemodel-cy pack`` writes them)."""
-    from onemodel_cy.data.packs.format import read_manifest
-    float32 = read_manifest(path)["pixels"] == "float32"      # served as stored: no §6 constants
+    try:        # the manifest's "pixels" (docs/packed-format.md): a float32 pack is served as stored
+        with open(os.path.join(path, "manifest.json"), encoding="utf-8") as manifest:
+            float32 = json.load(manifest).get("pixels") == "float32"      # no §6 constants
+    except (OSError, ValueError):
+        float32 = False             # not a readable pack: PackedImageDataset says what is wrong
     dataset = om.PackedImageDataset(path, None if float32 else mean, None if float32 else std)
     if dataset.vocabulary is None:
         raise SystemExit(f"{path}: this pack has no vocabulary (it was not written from text)")
@@ -68,7 +71,7 @@ def make_datasets(args):
     train = open_pack(args.train_pack, args.mean, args.std)
     held_out = train if args.test_pack is None else open_pack(args.test_pack, args.mean, args.std)
     try:
-        check_same(train, held_out)
+        om.check_same(train, held_out)
     except ValueError as error:
         raise SystemExit(f"{args.test_pack}: {error}") from None
     if held_out.shapes[0, :2].tolist() != train.shapes[0, :2].tolist():

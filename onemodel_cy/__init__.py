@@ -2,6 +2,9 @@
 
 The batch at global step ``g`` is a pure function of ``(seed, g)`` and the pipeline's
 configuration (§1). See ``docs/contract.md`` for the readings this package implements.
+
+``__all__`` is the public API, with ``interop``, ``show`` and the ``onemodel-cy`` command
+(docs/guide.md, "Public API"); the subpackages behind these names may move.
 """
 from onemodel_cy.core.rng import STREAMS as _STREAMS, SampleRng, derive, mix
 from onemodel_cy.core.permute import keyed_permutation, permutation
@@ -9,6 +12,7 @@ from onemodel_cy.core.samplers import Sampler, SequentialSampler, ShuffledSample
 from onemodel_cy.core.tablesamplers import BucketedSampler, MixingSampler
 from onemodel_cy.data.datasets import ArrayImageDataset, Sample, SyntheticLineImages
 from onemodel_cy.data.textlines import SyntheticTextLines
+from onemodel_cy.data.vocabulary import BLANK, check_same, decode
 from onemodel_cy.collate.bufferpool import BufferPool
 from onemodel_cy.collate.augment import Augmentation, GainOffset, GaussianNoise
 from onemodel_cy.collate.batch import ImageBatch
@@ -31,6 +35,7 @@ __all__ = [
     "keyed_permutation", "permutation",
     "Sampler", "SequentialSampler", "ShuffledSampler", "MixingSampler", "BucketedSampler",
     "Sample", "ArrayImageDataset", "SyntheticLineImages", "SyntheticTextLines",
+    "BLANK", "decode", "check_same",
     "BufferPool", "ImageBatchCollator", "ImageBatch", "Augmentation", "GainOffset", "GaussianNoise",
     "gray8_to_planar", "rgb8_to_planar",
     "PackedImageDataset", "pack", "pack_sharded", "PackReport", "PackError",

@@ -10,9 +10,12 @@
   in user code, and closing then waits ``join_timeout``, on threads and processes alike.
 * The window (``workers/window.pyx``): steps are handed out in order, never past the
   consumer's step plus ``prefetch``, the limit, or a failed step; moves behave as §1 says.
+* The file table of ``docs/architecture.md`` lists exactly the package's modules.
 """
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
 import threading
@@ -302,3 +305,67 @@ def test_a_window_refuses_what_no_stream_has():
     assert [window.hand_out() for _ in range(2)] == [5, 6] and not window.has_room() and window.exhausted()
     window.failed(6)
     assert not window.exhausted(), "a failed stream's workers wait for its close"
+
+
+# ---------------------------------------------------------------- the file table
+
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE_DIR = os.path.join(CHECKOUT, "onemodel_cy")
+MODULE_SUFFIXES = (".py", ".pyx", ".pxd", ".h")     # a .pyi is the stub beside its module
+
+
+def table_names(text):
+    """The paths (relative to ``onemodel_cy/``) that the file column of the table under
+    "The tree" names: ``a/b.pxd/.pyx`` is two files, a folder (``a/``) its ``__init__.py``
+    when it is a package, a shell pattern (``*.pyi``) left as it is."""
+    section = text[text.index("## The tree"):]
+    section = section[:section.index("\n## ", 1)]
+    names = set()
+    for line in section.splitlines():
+        cells = line.split("|")
+        if len(cells) < 3 or cells[1].strip() in ("file", "---"):
+            continue
+        for span in re.findall(r"`([^`]+)`", cells[1]):
+            several = re.fullmatch(r"(.+?)((?:\.\w+)(?:/\.\w+)+)", span)
+            if several:
+                names.update(several.group(1) + suffix for suffix in several.group(2).split("/"))
+            else:
+                names.add(span)
+    return names
+
+
+def tree_modules():
+    """Every module file under ``onemodel_cy/``: .py, .pyx, .pxd and the C headers."""
+    found = set()
+    for folder, _, files in os.walk(PACKAGE_DIR):
+        found.update(os.path.relpath(os.path.join(folder, name), PACKAGE_DIR).replace(os.sep, "/")
+                     for name in files if name.endswith(MODULE_SUFFIXES))
+    return found
+
+
+def test_the_architecture_table_lists_exactly_the_modules_of_the_tree():
+    """Concern: the layout (docs/architecture.md, "The tree"). Every module of the package
+    is named in the table, and every file or folder the table names exists, so the table
+    cannot drift from the tree (a subpackage's row, ``**`core/`**``, stands for its
+    ``__init__.py``)."""
+    with open(os.path.join(CHECKOUT, "docs", "architecture.md"), encoding="utf-8") as fh:
+        named = table_names(fh.read())
+    assert len(named) > 40, f"the table was not read: {sorted(named)}"
+    covered = set()
+    missing = []
+    for name in sorted(named):
+        path = os.path.join(PACKAGE_DIR, *name.rstrip("/").split("/"))
+        if any(ch in name for ch in "*?["):
+            continue
+        if name.endswith("/"):
+            if not os.path.isdir(path):
+                missing.append(name)
+            elif os.path.isfile(os.path.join(path, "__init__.py")):
+                covered.add(name + "__init__.py")
+        elif os.path.isfile(path):
+            covered.add(name)
+        else:
+            missing.append(name)
+    assert not missing, f"docs/architecture.md names files that are not in onemodel_cy/: {missing}"
+    unlisted = sorted(tree_modules() - covered)
+    assert not unlisted, f"modules of onemodel_cy/ that docs/architecture.md's table does not name: {unlisted}"

@@ -7,6 +7,16 @@ into its padded row block without the GIL; a kernel augmentation (``collate/augm
 fused with that copy. A Python augmentation gets a staged contiguous copy of each image
 to edit under the GIL (D17), in parts paced by the loader's baton (``collate/pacing.pyx``), so
 another worker's copies overlap this one's Python.
+
+Why one module of about 550 lines (the rule is about 500, docs/architecture.md): it has one
+concern, the slot table, and its parts share more than an interface. ``Workspace`` holds
+the table and ``fill_slot`` fills it; ``plan``, ``assemble`` and ``augment_staged`` read
+and rewrite the workspace's fields in place; and the GIL-free writes (``write_columns``,
+``copy_images``) are ``cdef inline`` so that ``assemble`` (0 workers, thread workers) and
+``fill_batch`` (the packed lane) each compile them into themselves: out of line they made
+the 0-worker route slower (docs/workers.md, "Threads on the packed route"). In another
+module they would be called out of line, or, as inline code in its ``.pxd``, need the
+knobs below (streaming, prefetch, SIMD cap) passed in as arguments.
 """
 cimport cython
 cimport numpy as cnp
@@ -41,8 +51,8 @@ cdef Py_ssize_t STREAM_MIN_BYTES = 2 << 20
 STREAMED_BATCH_BYTES = STREAM_MIN_BYTES     # the default, for tests and benchmarks
 # The bytes of the next image asked for ahead (src/row.h om_prefetch): its first lines
 # start the hardware's stream prefetcher on the rest. Asking for the whole image stalls
-# the core once the line-fill buffers are full (perf: 84 % of the collator's own time on
-# the prefetch instruction, 7 % of a 2-worker run at batch 32).
+# the core once the line-fill buffers are full (docs/performance.md, "Measurements behind
+# the code").
 cdef Py_ssize_t PREFETCH_BYTES = 512
 # The widest SIMD the gray 8-bit kernels may use (src/row.h om_convert_gray: 2
 # AVX-512, 1 AVX2, 0 none), and below 1 no float32 streaming stores either (AVX2's); only

@@ -4,7 +4,7 @@ A dataset is anything with ``len(ds)`` and a thread-safe ``ds.get_sample(i)`` re
 the same :class:`Sample` for the same ``i`` (§1). :class:`ArrayImageDataset` packs its
 samples into a few flat arrays so that the collator reads them without the GIL.
 
-Everything a GIL-free kernel reads is sealed (``_bufferpool.SealedMemory``): the packed
+Everything a GIL-free kernel reads is sealed (``core/sealed.pyx``, ``SealedMemory``): the packed
 storage, a sample's target and the view a sample gives of its image are read-only arrays
 that no Python code can make writeable again, and no object is initialised twice. None
 of these classes pickles its C state: each rebuilds through its validating constructor.

@@ -1,4 +1,4 @@
-/* The packed lane's waiting (onemodel_cy/_lane.pyx): atomics for the fields a thread reads
+/* The packed lane's waiting (onemodel_cy/workers/lane.pyx): atomics for the fields a thread reads
    while it spins, and conditions whose timed waits run on the monotonic clock (so they
    do not move with the wall clock). The clock and the pause are pacing.h's. */
 #ifndef ONEMODEL_CY_LANE_H
