@@ -195,6 +195,8 @@ def geometric(b):
     b.op("stretch_scale_1_copies", T("stretch", (1.0, 1.0)), image_of(SPECIAL), 0)
     b.op("stretch_random_scale", T("stretch", (0.8, 1.2)), singles((1, 4, 9), 10), 11)
     b.op("stretch_height_1_three_channels", T("stretch", (0.8, 1.2)), singles((3, 1, 7), 12), 13)
+    b.op("stretch_1x1", T("stretch", (0.8, 1.2)), image_of([[[0.5]]]), 99)
+    b.op("stretch_height_1024", T("stretch", (0.8, 1.2)), Generated((1, 1024, 3), 100), 101)
     b.op("stretch_by_64", T("stretch", (64.0, 64.0)), singles((1, 2, 5), 14), 0)
     b.op("stretch_to_exactly_2^20", T("stretch", (64.0, 64.0)), Generated((1, 1, 1 << 14), 15), 0)
     b.op("stretch_past_2^20_kept_to_2^20", T("stretch", (64.0, 64.0)), Generated((1, 1, (1 << 14) + 1), 16), 0)
@@ -253,7 +255,9 @@ def morphology(b):
     b.op("erode_3x1", T("erode", (3, 1)), singles((2, 4, 6), 55), 0)
     b.op("dilate_1x4", T("dilate", (1, 4)), singles((1, 6, 4), 56), 0)
     b.op("erode_31x31_width_1_height_1", T("erode", (31, 31)), image_of([[[0.5]]]), 0)
+    b.op("dilate_2x3_width_1_height_1", T("dilate", (2, 3)), image_of([[[0.5]]]), 0)
     b.op("dilate_2x2_height_1024", T("dilate", (2, 2)), Generated((1, 1024, 2), 57), 0)
+    b.op("erode_3x3_height_1024", T("erode", (3, 3)), Generated((1, 1024, 2), 102), 0)
 
     b.op("blur_sigma_0_radius_0", T("gaussian_blur", (0.0, 0.0)), image_of(TIES), 0)
     third = float(np.float32(1 / 3))       # f32(3 * sigma) is 1: the radius is 1, not ceil(1.0000000298) = 2
@@ -290,6 +294,13 @@ def photometric(b):
     b.op("impulse_noise_random_amount", T("impulse_noise", (0.0, 1.0), 0.0, 1.0), singles((2, 4, 5), 83), 84)
     b.op("invert_default", T("invert", 0.0, 1.0), image_of(SIGNED), 85)
     b.op("invert_custom_range", T("invert", -1.0, 3.0), image_of(SIGNED), 86)
+    for k, (kind, spec) in enumerate([
+            ("brightness_contrast", T("brightness_contrast", (0.7, 1.3), (-0.3, 0.3))),
+            ("gaussian_noise", T("gaussian_noise", (0.0, 0.15))), ("speckle_noise", T("speckle_noise", (0.0, 0.15))),
+            ("impulse_noise", T("impulse_noise", (0.0, 0.5), -1.0, 2.0)), ("invert", T("invert", 0.0, 1.0))]):
+        b.op(f"{kind}_1x1", spec, image_of([[[0.5]]]), 110 + k)
+        if kind != "gaussian_noise":
+            b.op(f"{kind}_height_1024", spec, Generated((1, 1024, 1), 120 + k), 130 + k)
 
 
 # ---------------------------------------------------------------- composition and the preset
