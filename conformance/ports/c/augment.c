@@ -134,10 +134,12 @@ static float bilinear(const Plane *p, float sx, float sy)
 /* 1-D linear resampling of n samples (stride `step`) to m (stride `out_step`); copies when m = n. */
 static void resample(const float *v, size_t n, size_t step, float *out, size_t m, size_t out_step)
 {
+#ifndef BUG_RESAMPLE_NO_COPY
     if (m == n) {
         for (size_t k = 0; k < n; k++) out[k * out_step] = v[k * step];
         return;
     }
+#endif
     float scale = (float)n / (float)m;
     for (size_t k = 0; k < m; k++) {
         float s = keep(((float)k + 0.5f) * scale - 0.5f, n), i = floorf(s), f = s - i;
