@@ -32,7 +32,6 @@ import reference_augment as RA
 
 PINS = ["contract:augment"]
 FULL = 80          # arrays of at most this many values are written out; larger ones by hash
-GOLDEN = R.GOLDEN
 M64 = R.M64
 
 
