@@ -31,6 +31,7 @@ sys.path.insert(0, HERE)
 import reference as R  # noqa: E402
 import vector_additions  # noqa: E402
 from generate_textlines_vectors import build_textlines  # noqa: E402,F401  (writes textlines.json)
+import generate_augment_vectors  # noqa: E402  (writes augment.json)
 
 
 def _load_codec():
@@ -499,6 +500,9 @@ def build_collate() -> dict:
 def _transform_from_spec(spec):
     if spec is None:
         return None
+    if spec["kind"] == "augment":         # a built-in augmentation (docs/contract.md), the oracle's
+        op = codec.build_transform(R.augment, spec["op"])
+        return lambda sample, rng: (op.apply(np.asarray(sample[0], dtype=np.float32), rng), sample[1], sample[2])
     aug = codec.build_gain_offset_copy(spec, R.gain_offset)
 
     def transform(sample, rng):
@@ -667,6 +671,14 @@ def build_synthetic() -> dict:
                            "indices": [S(i) for i in idx]},
                           {"samples": samples}))
     return {"section": "contract", "cases": cases}
+
+
+# ---------------------------------------------------------------------------
+# augment.json (spec_tests/generate_augment_vectors.py)
+# ---------------------------------------------------------------------------
+
+def build_augment() -> dict:
+    return generate_augment_vectors.build_augment(types.SimpleNamespace(**globals()))
 
 
 # ---------------------------------------------------------------------------

@@ -734,3 +734,8 @@ class SyntheticTextLines:
         if not 0 <= _as_int(i, "i") < self.count:
             raise IndexError(f"index must lie in [0, {self.count}), got {i!r}")
         return TextLineSample(*textlines_sample(i, **self.params))
+
+
+# The text-line augmentations (docs/contract.md) are transcribed in their own module; the
+# conformance replay finds them here as ``reference.augment``.
+import reference_augment as augment  # noqa: E402,F401

@@ -349,3 +349,154 @@ def text_lines():
         ("random_apply", ("brightness_contrast", (0.7, 1.3), (-0.3, 0.3)), 0.5),
         ("random_apply", ("gaussian_noise", (0.0, 0.15)), 0.5),
     ])
+
+
+# ---- constructors: the arguments an operation accepts (docs/contract.md, "Arguments") -------
+# Each returns the operation's description (an ``Op``, a tuple as above) or raises ValueError
+# naming the argument; ``op.apply(image, rng)`` is ``apply(op, image, rng)``. The conformance
+# replay (``onemodel_cy/conformance/augment.py``) builds cases through these names, as it
+# builds them through ``onemodel_cy.augment`` for the compiled package.
+
+class Op(tuple):
+    """A description made by a constructor."""
+
+    def apply(self, image, rng):
+        return apply(self, image, rng)
+
+
+def _real(value, name, low=-math.inf, high=math.inf):
+    """``f32(value)`` as a float, finite and within [low, high] once rounded."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        raise TypeError(f"{name} must be a real number, received {type(value).__name__}")
+    with np.errstate(over="ignore"):
+        rounded = float(f32(value))
+    if not math.isfinite(rounded) or not low <= rounded <= high:
+        raise ValueError(f"{name} must be finite and lie in [{low}, {high}] once rounded to float32, "
+                         f"received {value!r}")
+    return rounded
+
+
+def _pair(value, name, low, high):
+    if not isinstance(value, (tuple, list)):
+        value = (value, value)
+    if len(value) != 2:
+        raise TypeError(f"{name} must be a number or a pair (low, high), received {value!r}")
+    first, second = _real(value[0], name, low, high), _real(value[1], name, low, high)
+    if first > second:
+        raise ValueError(f"{name} must have low <= high, received {tuple(value)!r}")
+    return first, second
+
+
+def _integer(value, name, low, high):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, received {type(value).__name__}")
+    if not low <= value <= high:
+        raise ValueError(f"{name} must lie in [{low}, {high}], received {value}")
+    return int(value)
+
+
+def _border(border, fill):
+    if border not in ("replicate", "constant"):
+        raise ValueError(f"border must be 'replicate' or 'constant', received {border!r}")
+    return border, _real(fill, "fill")
+
+
+def Compose(ops):
+    return Op(("compose", [Op(op) for op in ops]))
+
+
+def RandomApply(op, p=0.5):
+    return Op(("random_apply", Op(op), _real(p, "p", 0.0, 1.0)))
+
+
+def OneOf(ops, weights=None):
+    ops = [Op(op) for op in ops]
+    if not ops:
+        raise ValueError("OneOf needs at least one operation")
+    weights = [1.0] * len(ops) if weights is None else [float(w) for w in weights]     # float64: not rounded
+    if len(weights) != len(ops) or not all(math.isfinite(w) and w > 0 for w in weights):
+        raise ValueError(f"weights must be {len(ops)} finite numbers > 0, received {weights!r}")
+    return Op(("one_of", ops, weights))
+
+
+def ResizeHeight(height, max_width=None):
+    height = _integer(height, "height", 1, 1 << 16)
+    return Op(("resize_height", height, None if max_width is None else _integer(max_width, "max_width", 1,
+                                                                                 WIDTH_LIMIT)))
+
+
+def Stretch(scale=(0.8, 1.2)):
+    return Op(("stretch", _pair(scale, "scale", 1.0 / 64, 64.0)))
+
+
+def Affine(rotate=2.0, shear=0.3, scale=(0.9, 1.05), shift=1.5, border="replicate", fill=0.0):
+    return Op(("affine", _real(rotate, "rotate", 0.0, 45.0), _real(shear, "shear", 0.0, 1.0),
+               _pair(scale, "scale", 1.0 / 16, 16.0), _real(shift, "shift", 0.0, 4096.0)) + _border(border, fill))
+
+
+def Perspective(jitter=0.08, border="replicate", fill=0.0):
+    return Op(("perspective", _real(jitter, "jitter", 0.0, 0.5)) + _border(border, fill))
+
+
+def Elastic(magnitude=(1.0, 2.5), cell=8, border="replicate", fill=0.0):
+    return Op(("elastic", _pair(magnitude, "magnitude", 0.0, 64.0), _integer(cell, "cell", 1, 4096))
+              + _border(border, fill))
+
+
+def _window(size):
+    size = tuple(size) if isinstance(size, (tuple, list)) else (size, size)
+    if len(size) != 2:
+        raise TypeError(f"size must be an integer or a pair (width, height), received {size!r}")
+    return tuple(_integer(s, "size", 1, 31) for s in size)
+
+
+def Erode(size=2):
+    return Op(("erode", _window(size)))
+
+
+def Dilate(size=2):
+    return Op(("dilate", _window(size)))
+
+
+def GaussianBlur(sigma=(0.3, 1.0)):
+    return Op(("gaussian_blur", _pair(sigma, "sigma", 0.0, 8.0)))
+
+
+def BrightnessContrast(gain=(0.7, 1.3), offset=(-0.3, 0.3)):
+    return Op(("brightness_contrast", _pair(gain, "gain", 0.0, 1e6), _pair(offset, "offset", -1e6, 1e6)))
+
+
+def GaussianNoise(sigma=(0.0, 0.15)):
+    return Op(("gaussian_noise", _pair(sigma, "sigma", 0.0, 1e6)))
+
+
+def SpeckleNoise(sigma=(0.0, 0.15)):
+    return Op(("speckle_noise", _pair(sigma, "sigma", 0.0, 1e6)))
+
+
+def ImpulseNoise(amount=(0.0, 0.02), low=0.0, high=1.0):
+    return Op(("impulse_noise", _pair(amount, "amount", 0.0, 1.0), _real(low, "low"), _real(high, "high")))
+
+
+def Invert(low=0.0, high=1.0):
+    low, high = _real(low, "low"), _real(high, "high")
+    with np.errstate(over="ignore"):
+        total = f32(low) + f32(high)
+    if not math.isfinite(float(total)):
+        raise ValueError(f"low + high must be finite in float32, received {low!r} + {high!r}")
+    return Op(("invert", low, high))
+
+
+def contract_function(name, values):
+    """``name`` (``"sin"``, ``"cos"`` or ``"expneg"``) of each float32 in ``values``: the
+    conformance kit's ``augment_function`` cases (as ``onemodel_cy.augment.kernels`` offers it)."""
+    function = {"sin": sin32, "cos": cos32, "expneg": expneg32}[name]
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        return np.array([function(F(v)) for v in np.asarray(values, dtype=np.float32).reshape(-1)], dtype=np.float32)
+
+
+def contract_normals(state, count):
+    """``count`` draws of ``normal()`` from ``SampleRng(state)``: (float32 values, the state after)."""
+    from reference import SampleRng
+    rng = SampleRng(state)
+    return normals(rng, count), rng.state

@@ -49,6 +49,17 @@ MUTATIONS = {
     "BUG_WINDOW_DROPS_TAIL": ("stream.json", "iter_shuffled_resumed_mid_epoch_world_size_1"),
     "BUG_TEXTLINES_NO_UPPER_BOUNDS": ("textlines.json", "textlines_refuses_scale_65"),
     "BUG_NOISE_CHECKED_IN_DOUBLE": ("textlines.json", "textlines_refuses_noise_infinite_in_float32"),
+    # The text-line augmentations (docs/contract.md): each caught first by the case made for it.
+    "BUG_SIN_SHORT": ("augment.json", "function_sin"),
+    "BUG_EXPNEG_NO_CUTOFF": ("augment.json", "function_expneg"),
+    "BUG_WIDTH_TRUNCATES": ("augment.json", "stretch_half_rounds_up"),
+    "BUG_BILINEAR_COLUMNS_FIRST": ("augment.json", "affine_small_scale_shift_constant_fill"),
+    "BUG_RESAMPLE_NO_COPY": ("augment.json", "resize_height_same_height_columns_copied"),
+    "BUG_BLUR_RADIUS_DOUBLE": ("augment.json", "blur_sigma_third_radius_1"),
+    "BUG_BLUR_SUM_PAIRS": ("augment.json", "blur_sigma_1_radius_3"),
+    "BUG_RANDOM_APPLY_LE": ("augment.json", "random_apply_u_equal_to_p_not_applied"),
+    "BUG_ONE_OF_GE": ("augment.json", "one_of_u_on_a_bound_takes_the_next"),
+    "BUG_ONE_OF_WEIGHTS_F32": ("augment.json", "one_of_weights_stay_float64"),
 }
 
 # A failing case in check's report: "<file>:<case> (pins ...): <what differs>"
@@ -138,8 +149,9 @@ def test_every_bug_of_mutations_h_is_tested():
 @pytest.mark.parametrize("bug", sorted(MUTATIONS))
 def test_c_port_mutation_is_caught(port, bug):
     """The kit catches each classic port bug (mutations.h names the rule each one breaks:
-    §2 draws, D4, D5, D6, D7, D10, D11, D14, D15, §1 resume, §4 pad and stream): check fails,
-    and the first case it names is the one that pins the broken rule."""
+    §2 draws, D4, D5, D6, D7, D10, D11, D14, D15, §1 resume, §4 pad and stream, the
+    augmentations' functions, sampling, blur, widths and composition): check fails, and the
+    first case it names is the one that pins the broken rule."""
     checked = port(bug)
     assert checked.returncode != 0, f"{bug} was not caught:\n{checked.stdout}"
     failures = [m for m in map(FAILURE.match, checked.stdout.splitlines()) if m]

@@ -348,10 +348,10 @@ def test_the_answer_key_is_refused(tmp_path, capsys, own_results):
     outputs_only = {name: {"cases": [{"name": c["name"], "output": c["output"]} for c in load(name)["cases"]]}
                     for name in VECTOR_FILES}
     failures, report = _check(outputs_only)
-    harnessed = [c["name"] for c in load("stream.json")["cases"] if "harness" in c["input"]]
-    assert failures == len(harnessed) and len(harnessed) >= 9
-    for name in harnessed:
-        assert f"stream.json:{name} (pins" in report and "output.settings: missing" in report
+    harnessed = [(name, c["name"]) for name in VECTOR_FILES for c in load(name)["cases"] if "harness" in c["input"]]
+    assert failures == len(harnessed) and len(harnessed) >= 10
+    for name, case in harnessed:
+        assert f"{name}:{case} (pins" in report and "output.settings: missing" in report
 
 
 def _settings_of(results, name):

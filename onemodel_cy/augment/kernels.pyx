@@ -443,3 +443,36 @@ cdef int run_step(const Step* step, const float* src, float* dst, float* tmp) no
     else:
         photometric(step, src, dst)
     return 0
+
+
+# ---- the contract's functions, for the conformance kit ---------------------------------------
+
+def contract_function(str name, values):
+    """``name`` (``"sin"``, ``"cos"`` or ``"expneg"``) of each float32 in ``values``, as the
+    kernels compute it: a new float32 array. The conformance kit's ``augment_function``
+    cases replay it (``onemodel_cy/conformance/augment.py``); no kernel calls it."""
+    import numpy as np
+    cdef float[::1] x = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
+    out = np.empty(x.shape[0], dtype=np.float32)
+    cdef float[::1] y = out
+    cdef Py_ssize_t k, n = x.shape[0]
+    cdef int which = {"sin": 0, "cos": 1, "expneg": 2}.get(name, -1)
+    if which < 0:
+        raise ValueError(f"the contract's functions are 'sin', 'cos' and 'expneg', received {name!r}")
+    for k in range(n):
+        y[k] = sin_small(x[k]) if which == 0 else (cos_small(x[k]) if which == 1 else exp_neg(x[k]))
+    return out
+
+
+def contract_normals(u64 state, Py_ssize_t count):
+    """``count`` draws of the contract's ``normal()`` from ``SampleRng(state)``: (a float32
+    array, the state after them). For the conformance kit, as ``contract_function``."""
+    import numpy as np
+    if count < 0:
+        raise ValueError(f"count must be >= 0, received {count}")
+    out = np.empty(count, dtype=np.float32)
+    cdef float[::1] y = out
+    cdef Py_ssize_t k
+    for k in range(count):
+        y[k] = fast_normal(&state)
+    return out, state

@@ -24,6 +24,7 @@ import numpy as np
 VECTOR_FILES = ("rng.json", "permutation.json", "samplers.json", "collate.json", "image.json",
                 "synthetic.json", "stream.json")
 VECTOR_FILES += ("textlines.json",)     # SyntheticTextLines (spec_tests/generate_textlines_vectors.py)
+VECTOR_FILES += ("augment.json",)       # onemodel_cy.augment (spec_tests/generate_augment_vectors.py)
 
 # The six arrays of a collated batch (§4), in the order the contract lists them.
 BATCH_FIELDS = ("images", "widths", "targets", "target_lengths", "labels", "indices")
@@ -231,3 +232,121 @@ def build_gain_offset_copy(spec, gain_offset):
     if spec["kind"] != "gain_offset_copy":
         raise ValueError(f"unknown transform kind {spec['kind']!r}")
     return build_augmentation(dict(spec, kind="gain_offset"), {"gain_offset": gain_offset})
+
+
+# ---------------------------------------------------------------- text-line augmentations
+
+# The leaf kinds of an ``augment`` transform spec (docs/contract.md, "Text-line
+# augmentations"): the constructor's name, then its arguments in constructor order, each
+# with its encoding: "f" a float64 (bits), "r" a range [f, f], "i" an integer (a decimal
+# string), "i?" an integer or null, "w" a window [i, i] (width, height), "s" a string.
+AUGMENT_LEAVES = {
+    "resize_height": ("ResizeHeight", (("height", "i"), ("max_width", "i?"))),
+    "stretch": ("Stretch", (("scale", "r"),)),
+    "affine": ("Affine", (("rotate", "f"), ("shear", "f"), ("scale", "r"), ("shift", "f"), ("border", "s"),
+                          ("fill", "f"))),
+    "perspective": ("Perspective", (("jitter", "f"), ("border", "s"), ("fill", "f"))),
+    "elastic": ("Elastic", (("magnitude", "r"), ("cell", "i"), ("border", "s"), ("fill", "f"))),
+    "erode": ("Erode", (("size", "w"),)),
+    "dilate": ("Dilate", (("size", "w"),)),
+    "gaussian_blur": ("GaussianBlur", (("sigma", "r"),)),
+    "brightness_contrast": ("BrightnessContrast", (("gain", "r"), ("offset", "r"))),
+    "gaussian_noise": ("GaussianNoise", (("sigma", "r"),)),
+    "speckle_noise": ("SpeckleNoise", (("sigma", "r"),)),
+    "impulse_noise": ("ImpulseNoise", (("amount", "r"), ("low", "f"), ("high", "f"))),
+    "invert": ("Invert", (("low", "f"), ("high", "f"))),
+}
+
+
+def _encode_argument(how, value):
+    if how == "f":
+        return f64_hex(value)
+    if how == "r":
+        return [f64_hex(v) for v in value]
+    if how == "i?" and value is None:
+        return None
+    if how in ("i", "i?"):
+        return str(int(value))
+    if how == "w":
+        return [str(int(v)) for v in value]
+    return value
+
+
+def _decode_argument(how, value):
+    if how == "f":
+        return from_f64_hex(value)
+    if how == "r":
+        return tuple(from_f64_hex(v) for v in value)
+    if how == "i?" and value is None:
+        return None
+    if how in ("i", "i?"):
+        return int(value)
+    if how == "w":
+        return tuple(int(v) for v in value)
+    return value
+
+
+def transform_spec(kind, *args) -> dict:
+    """The spec of one operation: ``("compose", [specs])``, ``("random_apply", spec, p)``,
+    ``("one_of", [specs], weights)``, or a leaf of AUGMENT_LEAVES with its arguments in
+    constructor order (floats as Python floats)."""
+    if kind == "compose":
+        return {"kind": kind, "ops": list(args[0])}
+    if kind == "random_apply":
+        return {"kind": kind, "op": args[0], "p": f64_hex(args[1])}
+    if kind == "one_of":
+        return {"kind": kind, "ops": list(args[0]), "weights": [f64_hex(w) for w in args[1]]}
+    _, fields = AUGMENT_LEAVES[kind]
+    return {"kind": kind, **{name: _encode_argument(how, value) for (name, how), value in zip(fields, args)}}
+
+
+def build_transform(ns, spec):
+    """The operation a transform spec describes, made with ``ns``'s constructors (the
+    compiled ``onemodel_cy.augment`` or the oracle's ``reference_augment``: both take the
+    same arguments and refuse the same ones)."""
+    kind = spec["kind"]
+    if kind == "compose":
+        return ns.Compose([build_transform(ns, s) for s in spec["ops"]])
+    if kind == "random_apply":
+        return ns.RandomApply(build_transform(ns, spec["op"]), from_f64_hex(spec["p"]))
+    if kind == "one_of":
+        return ns.OneOf([build_transform(ns, s) for s in spec["ops"]], [from_f64_hex(w) for w in spec["weights"]])
+    if kind not in AUGMENT_LEAVES:
+        raise ValueError(f"unknown augmentation kind {kind!r}")
+    name, fields = AUGMENT_LEAVES[kind]
+    return getattr(ns, name)(*[_decode_argument(how, spec[field]) for field, how in fields])
+
+
+def transform_text(spec) -> str:
+    """A spec as people read it, ``Affine(2.0, 0.3, (0.9, 1.05), 1.5, 'replicate', 0.0)``
+    (floats in decimal: the bits in the spec are what counts)."""
+    kind = spec["kind"]
+    if kind == "compose":
+        return "Compose([" + ", ".join(transform_text(s) for s in spec["ops"]) + "])"
+    if kind == "random_apply":
+        return f"RandomApply({transform_text(spec['op'])}, {from_f64_hex(spec['p'])!r})"
+    if kind == "one_of":
+        return (f"OneOf([{', '.join(transform_text(s) for s in spec['ops'])}], "
+                f"{[from_f64_hex(w) for w in spec['weights']]!r})")
+    name, fields = AUGMENT_LEAVES[kind]
+    return f"{name}({', '.join(repr(_decode_argument(how, spec[field])) for field, how in fields)})"
+
+
+def singles(state: int, count: int) -> np.ndarray:
+    """``count`` successive ``next_single()`` draws of ``SampleRng(state)`` (§2), as float32:
+    the pixels of an input image given by ``singles_state``."""
+    golden, m1, m2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+    z = np.uint64(state % (1 << 64)) + golden * np.arange(1, count + 1, dtype=np.uint64)
+    z = (z ^ (z >> np.uint64(30))) * m1
+    z = (z ^ (z >> np.uint64(27))) * m2
+    z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(40)).astype(np.float32) * np.float32(2.0 ** -24)
+
+
+def augment_image(encoded) -> np.ndarray:
+    """The float32 ``[C, H, W]`` input image of an ``augment`` case: its ``values_f32``, or
+    the ``next_single()`` draws of ``SampleRng(singles_state)`` in C order."""
+    shape = [int(d) for d in encoded["shape"]]
+    if "values_f32" in encoded:
+        return np.ascontiguousarray(f32_array_from(encoded))
+    return singles(int(encoded["singles_state"]), int(np.prod(shape))).reshape(shape)

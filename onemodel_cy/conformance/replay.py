@@ -12,6 +12,7 @@ import hashlib
 
 import numpy as np
 
+from onemodel_cy.conformance.augment import replay_augment, replay_augment_function, transform as augment_transform
 from onemodel_cy.conformance.harness import under_every_setting
 from onemodel_cy.conformance.textlines import replay_textlines
 from onemodel_cy.conformance.codec import (BATCH_FIELDS, build_augmentation, build_gain_offset_copy,
@@ -170,6 +171,8 @@ def _augmentation(api, spec):
 def _transform(api, spec):
     if spec is None:
         return None
+    if spec["kind"] == "augment":         # a built-in augmentation (docs/contract.md) as the transform
+        return augment_transform(api, spec["op"])
     augment = build_gain_offset_copy(spec, api.GainOffset)
 
     def gain_offset_copy(sample, rng):
@@ -323,6 +326,8 @@ _OPS = {"draws": _draws, "sequence": _sequence, "mix": _mix, "derive": _derive, 
         "gray8": _planar, "rgb8": _planar, "synthetic": _synthetic, "stream": _stream,
         "mixing_pick": _mixing_pick, "stream_iter": _stream_iter, "stream_digest": _stream_digest}
 _OPS["textlines"] = replay_textlines    # SyntheticTextLines: its own module (conformance/textlines.py)
+_OPS["augment"] = replay_augment         # onemodel_cy.augment: its own module (conformance/augment.py)
+_OPS["augment_function"] = replay_augment_function
 
 
 def is_refusal(output) -> bool:

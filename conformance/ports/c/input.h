@@ -44,5 +44,10 @@ const char *op_stream(const Json *in, Out *o);
 const char *op_stream_iter(const Json *in, Out *o);
 const char *op_stream_digest(const Json *in, Out *o);
 const char *op_textlines(const Json *in, Out *o);
+const char *op_augment(const Json *in, Out *o);
+const char *op_augment_function(const Json *in, Out *o);
+
+/* A transform spec (the vectors' README) built and checked; a refused one holds nothing. */
+const char *aug_from_json(const Json *spec, AugOp *op);
 
 #endif

@@ -304,6 +304,11 @@ void out_f64_bits(Out *o, double d)
 
 void out_f32_array(Out *o, const float *data, const size_t *shape, size_t ndim)
 {
+    out_f32_array_values(o, data, shape, ndim, 1);
+}
+
+void out_f32_array_values(Out *o, const float *data, const size_t *shape, size_t ndim, int values)
+{
     size_t count = 1;
     out_printf(o, "{\"shape\": [");
     for (size_t k = 0; k < ndim; k++) {
@@ -320,7 +325,12 @@ void out_f32_array(Out *o, const float *data, const size_t *shape, size_t ndim)
     char hex[65];
     sha256_hex(bytes, count * 4, hex);
     free(bytes);
-    out_printf(o, "], \"sha256\": \"%s\", \"values_f32\": [", hex);
+    out_printf(o, "], \"sha256\": \"%s\"", hex);
+    if (!values) {
+        out_printf(o, "}");
+        return;
+    }
+    out_printf(o, ", \"values_f32\": [");
     for (size_t i = 0; i < count; i++) {
         if (i) out_printf(o, ", ");
         out_f32_bits(o, data[i]);

@@ -44,5 +44,7 @@ void out_f32_bits(Out *o, float f);              /* "0x3f800000" */
 void out_f64_bits(Out *o, double d);             /* "0x3ff0000000000000" */
 /* {"shape": [...], "sha256": "...", "values_f32": [...]} of a C-order float32 array */
 void out_f32_array(Out *o, const float *data, const size_t *shape, size_t ndim);
+/* the same, with values_f32 only when `values` (a large array is written by its hash alone) */
+void out_f32_array_values(Out *o, const float *data, const size_t *shape, size_t ndim, int values);
 
 #endif

@@ -13,7 +13,8 @@
 #include <sys/stat.h>
 
 static const char *const FILES[] = { "rng.json", "permutation.json", "samplers.json", "collate.json",
-                                     "image.json", "synthetic.json", "stream.json", "textlines.json" };
+                                     "image.json", "synthetic.json", "stream.json", "textlines.json",
+                                     "augment.json" };
 
 static const struct { const char *name; Op run; } OPS[] = {
     { "draws", op_draws }, { "sequence", op_sequence }, { "mix", op_mix }, { "derive", op_derive },
@@ -21,7 +22,7 @@ static const struct { const char *name; Op run; } OPS[] = {
     { "sampler_error", op_sampler_error }, { "collate", op_collate }, { "gray8", op_planar },
     { "rgb8", op_planar }, { "synthetic", op_synthetic }, { "stream", op_stream },
     { "mixing_pick", op_mixing_pick }, { "stream_iter", op_stream_iter }, { "stream_digest", op_stream_digest },
-    { "textlines", op_textlines },
+    { "textlines", op_textlines }, { "augment", op_augment }, { "augment_function", op_augment_function },
 };
 
 static Op find_op(const char *name)

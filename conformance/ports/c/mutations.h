@@ -21,6 +21,21 @@
  *                                  (scale, height, lengths)
  *   BUG_NOISE_CHECKED_IN_DOUBLE    contract  noise is checked before its rounding to
  *                                  float32 (1e39 is finite, f32(1e39) is not)
+ *   BUG_SIN_SHORT            contract  augment: the sine polynomial stops one term short (no x^9)
+ *   BUG_EXPNEG_NO_CUTOFF     contract  augment: expneg(t) has no cut-off at t > 87 (nor for NaN)
+ *   BUG_WIDTH_TRUNCATES      contract  augment: an output width truncates v instead of floor(v + 0.5)
+ *   BUG_BILINEAR_COLUMNS_FIRST  contract  augment: bilinear blends down the columns first, then
+ *                                  across (the lerps in the other order)
+ *   BUG_RESAMPLE_NO_COPY     contract  augment: a 1-D pass whose size does not change is computed
+ *                                  (a + 0*(b - a)), not copied
+ *   BUG_BLUR_RADIUS_DOUBLE   contract  augment: the blur radius is ceil(3 sigma) in double, not of
+ *                                  f32(3 sigma)
+ *   BUG_BLUR_SUM_PAIRS       contract  augment: the blur sums the centre, then each pair -k, +k,
+ *                                  not k = -r .. r left to right
+ *   BUG_RANDOM_APPLY_LE      contract  augment: RandomApply runs its operation when u <= p, not u < p
+ *   BUG_ONE_OF_GE            D10  augment: OneOf takes the first bound >= u instead of > u
+ *   BUG_ONE_OF_WEIGHTS_F32   D10  augment: OneOf's weights are rounded to float32 like the other
+ *                                  arguments (they stay float64)
  */
 #ifndef MUTATIONS_H
 #define MUTATIONS_H

@@ -134,6 +134,43 @@ void planar_constants(double mean, double std, float *scale, float *bias);
 const char *u8_to_planar(const uint8_t *src, size_t src_len, size_t channels, size_t height, size_t width,
                          size_t stride, const double *mean, const double *std, float *out);
 
+/* ------------------------------------------------------------------ text-line augmentations */
+
+/* docs/contract.md, "Text-line augmentations": a float32 image [c, h, w] (every dimension at
+ * least 1) and the operations that draw from one Rng. */
+typedef struct {
+    size_t c, h, w;
+    float *px;               /* planar [c, h, w]; malloc'd, replaced by an operation that reshapes */
+} Image;
+
+enum AugKind { A_COMPOSE, A_RANDOM_APPLY, A_ONE_OF, A_RESIZE_HEIGHT, A_STRETCH, A_AFFINE, A_PERSPECTIVE,
+               A_ELASTIC, A_ERODE, A_DILATE, A_BLUR, A_BRIGHTNESS_CONTRAST, A_GAUSSIAN_NOISE, A_SPECKLE_NOISE,
+               A_IMPULSE_NOISE, A_INVERT };
+
+/* One operation with its arguments rounded to float32 (OneOf's weights stay float64). */
+typedef struct AugOp {
+    enum AugKind kind;
+    struct AugOp *children;  /* compose, one_of: the operations; random_apply: the one operation */
+    size_t n_children;
+    double *bounds;          /* one_of: D10's cumulative bound of each child */
+    float p;                 /* random_apply */
+    float f[6];              /* the float arguments in constructor order, a range as two */
+    int constant;            /* the border: 1 constant (outside pixels are `fill`), 0 replicate */
+    float fill;
+    uint64_t ia, ib;         /* resize_height: height, max width; elastic: cell; erode/dilate: kw, kh */
+} AugOp;
+
+/* The contract's functions. */
+float aug_sin(float x);
+float aug_cos(float x);
+float aug_expneg(float t);
+float aug_normal(Rng *rng);
+
+/* Runs `op` on `img` (its pixels may be replaced), drawing from `rng`; NULL, or why it
+ * could not (an image too large for this port). */
+const char *aug_apply(const AugOp *op, Image *img, Rng *rng);
+void aug_free(AugOp *op);   /* frees what op holds, not op itself */
+
 /* ------------------------------------------------------------------ SHA-256 of the float arrays */
 
 void sha256(const void *data, size_t len, unsigned char digest[32]);

@@ -20,6 +20,8 @@ typedef struct {
     Sampler sampler;
     Collator collator;
     Augment transform;       /* gain_offset_copy: GainOffset on a copy, stream 0; or AUG_NONE */
+    AugOp program;           /* a transform of kind augment (docs/contract.md's augmentations) */
+    int has_program;
     uint64_t seed, world;
     uint64_t first_step;     /* the step the loader was started (or resumed) at */
 } Loader;
@@ -45,10 +47,21 @@ static const char *loader_from_json(const Json *in, Loader *l)
     TRY(synthetic_from_json(need(in, "dataset"), &l->dataset));
     TRY(sampler_from_json(need(in, "sampler"), &l->sampler));
     TRY(collator_from_json(spec, &l->collator));
-    TRY(augment_from_json(need(spec, "transform"), &l->transform));
+    const Json *transform = need(spec, "transform");
+    int program = transform->type != J_NULL && !strcmp(need(transform, "kind")->text, "augment");
+    if (!program) TRY(augment_from_json(transform, &l->transform));
     l->seed = as_mod64(need(spec, "seed"));
     TRY(as_u64(need(in, "world_size"), &l->world));
-    return check_ranks(l);
+    TRY(check_ranks(l));
+    if (program) TRY(aug_from_json(need(transform, "op"), &l->program));
+    l->has_program = program;
+    return NULL;
+}
+
+static void loader_free(Loader *l)
+{
+    sampler_free(&l->sampler);
+    if (l->has_program) aug_free(&l->program);
 }
 
 /* The samples of slots [lo, hi) of the global batch, each through the transform with the
@@ -67,6 +80,18 @@ static const char *fetch(const Loader *l, const uint64_t *indices, uint64_t lo, 
             Rng rng = { derive(l->seed, epoch, step, slot, STREAM_TRANSFORM) };
 #endif
             augment_apply(&l->transform, s->image, s->c * s->h * s->w, &rng);
+        }
+        if (l->has_program) {     /* a new image, maybe of another shape: the sample takes it */
+#ifdef BUG_SLOT_PER_RANK
+            Rng rng = { derive(l->seed, epoch, step, slot - lo, STREAM_TRANSFORM) };
+#else
+            Rng rng = { derive(l->seed, epoch, step, slot, STREAM_TRANSFORM) };
+#endif
+            Image img = { s->c, s->h, s->w, s->image };
+            const char *why = aug_apply(&l->program, &img, &rng);
+            s->image = img.px;
+            s->c = img.c; s->h = img.h; s->w = img.w;
+            TRY(why);
         }
     }
     return NULL;
@@ -138,7 +163,7 @@ const char *op_stream(const Json *in, Out *o)
         }
     }
     out_printf(o, "]}");
-    sampler_free(&l.sampler);
+    loader_free(&l);
     return NULL;
 }
 
@@ -252,7 +277,7 @@ const char *op_stream_iter(const Json *in, Out *o)
     out_settings(o, settings, count, hex, errors);
     out_printf(o, "}");
     for (size_t s = 0; s < count; s++) free(errors[s].data);
-    sampler_free(&l.sampler);
+    loader_free(&l);
     return NULL;
 }
 
@@ -329,6 +354,6 @@ const char *op_stream_digest(const Json *in, Out *o)
     }
     out_settings(o, settings, count, hex, NULL);
     out_printf(o, "}");
-    sampler_free(&l.sampler);
+    loader_free(&l);
     return NULL;
 }
