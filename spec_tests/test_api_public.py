@@ -25,7 +25,7 @@ import onemodel_cy as om
 from onemodel_cy.cli import main
 
 CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PUBLIC_MODULES = {"onemodel_cy", "onemodel_cy.interop", "onemodel_cy.show"}
+PUBLIC_MODULES = {"onemodel_cy", "onemodel_cy.interop", "onemodel_cy.show", "onemodel_cy.augment"}
 
 
 def section():

@@ -39,7 +39,7 @@ cdef float EXP_LIMIT = f32_bits(0x42ae0000)       # 87
 cdef float exp_neg(float t) noexcept nogil:
     """exp(-t) for t >= 0: a degree-7 Taylor polynomial of exp(-t/256), squared 8 times."""
     cdef float one = 1.0, q, s
-    cdef int k
+    cdef int _k
     if not t <= EXP_LIMIT:
         return 0.0
     s = t * EXP_SCALE
@@ -51,7 +51,7 @@ cdef float exp_neg(float t) noexcept nogil:
     q = INV_2 - s * q
     q = one - s * q
     q = one - s * q
-    for k in range(8):
+    for _k in range(8):
         q = q * q
     return q
 
@@ -176,7 +176,7 @@ cdef void resize_rows(const float* src, float* dst, Py_ssize_t rows, Py_ssize_t 
 cdef void resize_columns(const float* src, float* dst, Py_ssize_t h, Py_ssize_t oh, Py_ssize_t w) noexcept nogil:
     """One channel's columns from h to oh samples, as resize_rows does along rows."""
     cdef float scale = <float>h / <float>oh
-    cdef Py_ssize_t y, x, i0, i1
+    cdef Py_ssize_t y, x, i0
     cdef float s, f
     cdef const float* top
     cdef const float* bottom

@@ -201,10 +201,10 @@ cdef Py_ssize_t plan_node(const Node* nodes, Py_ssize_t at, Shape* shape, u64* s
                           Py_ssize_t count) noexcept nogil:
     """Plan the subtree at `at`, appending its steps after `count` of them; returns the new count."""
     cdef const Node* node = nodes + at
-    cdef Py_ssize_t child = at + 1, k
+    cdef Py_ssize_t child = at + 1, _k
     cdef double u
     if node.kind == N_COMPOSE:
-        for k in range(node.count):
+        for _k in range(node.count):
             count = plan_node(nodes, child, shape, state, steps, count)
             child += nodes[child].size
     elif node.kind == N_RANDOM_APPLY:
@@ -212,7 +212,7 @@ cdef Py_ssize_t plan_node(const Node* nodes, Py_ssize_t at, Shape* shape, u64* s
             count = plan_node(nodes, child, shape, state, steps, count)
     elif node.kind == N_ONE_OF:
         u = draw_double(state)
-        for k in range(node.count - 1):
+        for _k in range(node.count - 1):
             if nodes[child].bound > u:
                 break
             child += nodes[child].size
