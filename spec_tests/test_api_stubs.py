@@ -28,7 +28,7 @@ COMPILED = ["core.validate", "core.rng", "core.permute", "core.samplers", "core.
             "collate.bufferpool", "collate.pacing", "collate.profile", "collate.augment", "collate.batch",
             "collate.collator", "collate.fetch", "collate.pipeline",
             "workers.window", "workers.lane", "workers.shmring", "workers.taskboard",
-            "testing._alloccount"]
+            "augment.kernels", "augment.program", "testing._alloccount"]
 PACKAGE_DIR = os.path.dirname(os.path.abspath(onemodel_cy.__file__))
 
 # Dunder methods that are part of the API when a class defines them (all others, such as
