@@ -145,7 +145,8 @@ def resample(values, m, axis):
     shape = [1] * values.ndim
     shape[axis] = m
     f = f.reshape(shape)
-    return a + f * (b - a)
+    with np.errstate(over="ignore", invalid="ignore"):     # infinite or overflowing neighbours are cases
+        return a + f * (b - a)
 
 
 def pixel_grid(h, w):
