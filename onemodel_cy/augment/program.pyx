@@ -24,7 +24,7 @@ import numpy as np
 
 from onemodel_cy.core.typedefs cimport u64
 from onemodel_cy.core.rng cimport SampleRng, draw_single, draw_double, GOLDEN_GAMMA
-from onemodel_cy.core.validate cimport describe
+from onemodel_cy.core.validate cimport describe, is_planar_float32
 from onemodel_cy.data.datasets cimport Sample
 from onemodel_cy.augment.kernels cimport (
     Step, run_step, sin_small, cos_small, BORDER_REPLICATE, BORDER_CONSTANT, K_RESIZE, K_AFFINE,
@@ -325,11 +325,7 @@ cdef class Transform:
         """The augmented copy of ``image`` (aligned, C-contiguous, native float32 ``[C, H, W]``,
         every dimension >= 1), drawing from ``rng`` (its state moves past every draw)."""
         self.ready()
-        if (not isinstance(image, np.ndarray) or cnp.PyArray_TYPE(<cnp.ndarray>image) != cnp.NPY_FLOAT32
-                or cnp.PyArray_NDIM(<cnp.ndarray>image) != 3
-                or not cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>image)
-                or not cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>image)
-                or not cnp.PyArray_ISALIGNED(<cnp.ndarray>image)):
+        if not is_planar_float32(image, False):
             raise TypeError(f"{type(self).__name__} reads an aligned, C-contiguous, native float32 [C, H, W] "
                             f"array, received {describe(image)}")
         cdef cnp.ndarray source = image

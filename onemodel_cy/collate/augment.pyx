@@ -8,11 +8,10 @@ runs it without the GIL, fused with the copy into the batch. Any other callable
 """
 cimport cython
 cimport numpy as cnp
-import numpy as np
 
 from onemodel_cy.core.typedefs cimport u64
 from onemodel_cy.core.rng cimport SampleRng, draw_single, draw_normal
-from onemodel_cy.core.validate cimport as_float32, describe
+from onemodel_cy.core.validate cimport as_float32, describe, is_planar_float32
 
 cnp.import_array()
 
@@ -32,13 +31,7 @@ cdef class Augmentation:
         if self.kernel.run == NULL:
             raise NotImplementedError(f"{type(self).__name__} must define __call__(image, rng); only "
                                       f"an augmentation with a kernel runs without it")
-        # numpy's C fields, never Python attributes (a subclass may report anything).
-        if (not isinstance(image, np.ndarray) or cnp.PyArray_TYPE(<cnp.ndarray>image) != cnp.NPY_FLOAT32
-                or cnp.PyArray_NDIM(<cnp.ndarray>image) != 3
-                or not cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>image)
-                or not cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>image)
-                or not cnp.PyArray_ISWRITEABLE(<cnp.ndarray>image)
-                or not cnp.PyArray_ISALIGNED(<cnp.ndarray>image)):
+        if not is_planar_float32(image, True):
             raise TypeError(f"{type(self).__name__} edits a writable, aligned, C-contiguous native float32 "
                             f"[C, H, W] array, received {describe(image)}")
         cdef cnp.ndarray array = image

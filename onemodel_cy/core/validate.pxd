@@ -20,6 +20,9 @@ cdef u64 as_count(object value, str name, u64 minimum=*) except? 0
 cdef Py_ssize_t as_size(object value, str name, Py_ssize_t minimum=*, Py_ssize_t maximum=*) except? -1
 cdef float as_float32(object value, str name) except? -1
 cdef str describe(object obj)
+# An aligned, C-contiguous, native float32 [C, H, W] ndarray (and writable when asked):
+# what a GIL-free image kernel may read (numpy's C fields, never Python attributes).
+cdef bint is_planar_float32(object image, bint writable)
 cdef object as_integer_vector(object value, str name)
 cdef double as_real(object value, str name) except? -1
 cdef Py_ssize_t checked_mul(Py_ssize_t a, Py_ssize_t b, str what) except? -1

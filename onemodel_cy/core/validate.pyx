@@ -75,6 +75,18 @@ cdef float as_float32(object value, str name) except? -1:
     return <float>d
 
 
+cdef bint is_planar_float32(object image, bint writable):
+    """An aligned, C-contiguous, native float32 [C, H, W] ndarray, writable when asked: the
+    one check of an image a GIL-free kernel reads (numpy's C fields, which an ndarray
+    subclass cannot misreport)."""
+    if not isinstance(image, np.ndarray):
+        return False
+    cdef cnp.ndarray array = <cnp.ndarray>image
+    return (cnp.PyArray_TYPE(array) == cnp.NPY_FLOAT32 and cnp.PyArray_NDIM(array) == 3
+            and cnp.PyArray_ISNOTSWAPPED(array) and cnp.PyArray_IS_C_CONTIGUOUS(array)
+            and cnp.PyArray_ISALIGNED(array) and (not writable or cnp.PyArray_ISWRITEABLE(array)))
+
+
 cdef str describe(object obj):
     """What an error message says was received."""
     if isinstance(obj, np.ndarray):
