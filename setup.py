@@ -51,7 +51,8 @@ else:
 MODULES = ["core.validate", "core.rng", "core.permute", "core.samplers", "core.tablesamplers", "core.sealed",
            "data.datasets", "data.image", "data.textlines", "data.packs.reader", "data.packs.pixelmap",
            "collate.bufferpool", "collate.pacing", "collate.profile", "collate.augment", "collate.batch",
-           "collate.collator", "collate.fetch", "collate.pipeline", "augment.kernels", "augment.program",
+           "collate.collator", "collate.transform", "collate.fetch", "collate.pipeline", "augment.kernels",
+           "augment.program",
            "workers.window", "workers.lane", "workers.shmring", "workers.taskboard",
            "testing._alloccount", "testing._kernels"]    # dotted names are modules of subpackages
 

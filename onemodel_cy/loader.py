@@ -109,8 +109,10 @@ class DataLoader:
     Parameters
     ----------
     dataset : object with ``__len__`` and thread-safe ``get_sample(i) -> Sample``
-        An :class:`ArrayImageDataset` (or :class:`SyntheticLineImages`) without a transform
-        takes the fast path: whole batches gathered without the GIL.
+        An :class:`ArrayImageDataset` (or :class:`SyntheticLineImages`, a
+        :class:`PackedImageDataset`) without a transform, or with a built-in one
+        (``onemodel_cy.augment``), takes the fast path: whole batches gathered and
+        augmented without the GIL.
     sampler : Sampler
         One of the §3 samplers; ``steps_per_epoch`` defines epochs.
     collator : ImageBatchCollator

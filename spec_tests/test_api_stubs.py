@@ -26,7 +26,7 @@ import onemodel_cy
 COMPILED = ["core.validate", "core.rng", "core.permute", "core.samplers", "core.tablesamplers", "core.sealed",
             "data.datasets", "data.image", "data.textlines", "data.packs.reader", "data.packs.pixelmap",
             "collate.bufferpool", "collate.pacing", "collate.profile", "collate.augment", "collate.batch",
-            "collate.collator", "collate.fetch", "collate.pipeline",
+            "collate.collator", "collate.transform", "collate.fetch", "collate.pipeline",
             "workers.window", "workers.lane", "workers.shmring", "workers.taskboard",
             "augment.kernels", "augment.program", "testing._alloccount"]
 PACKAGE_DIR = os.path.dirname(os.path.abspath(onemodel_cy.__file__))

@@ -716,3 +716,16 @@ def test_steady_state_consumer_allocates_only_the_batch_objects(om, workers):
         assert wide < 2048, wide
         assert wide_misses == 0, wide_misses
         assert abs(wide - per_batch) < 64, f"{per_batch} bytes per batch of 16, {wide} per batch of 64"
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_builtin_transform_allocates_nothing_per_sample(om, workers):
+    """A built-in transform (onemodel_cy.augment) is planned and run on the slot table, not
+    called per sample: the consumer's cost per batch stays the batch objects', and at 0
+    workers a batch of 64 costs what a batch of 16 does."""
+    from onemodel_cy.augment import text_lines
+    per_batch, misses = _consumer_bytes_per_batch(om, workers, 16, transform=text_lines())
+    assert per_batch < 2048, per_batch
+    if workers == 0:
+        wide, _ = _consumer_bytes_per_batch(om, workers, 64, transform=text_lines())
+        assert abs(wide - per_batch) < 64, f"{per_batch} bytes per batch of 16, {wide} per batch of 64"

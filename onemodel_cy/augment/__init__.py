@@ -6,11 +6,13 @@ rebuild bit for bit; none holds the GIL while it writes. Use one as the loader's
 ``transform`` (stream 0; the width may change), or, when it keeps the shape, as the
 collator's augmentation (stream 1)::
 
-    import onemodel_cy as om
-    from onemodel_cy import augment
+    >>> import onemodel_cy as om
+    >>> from onemodel_cy import augment
+    >>> loader = om.DataLoader(dataset, sampler, om.ImageBatchCollator(), seed=0,
+    ...                        transform=augment.text_lines())
 
-    loader = om.DataLoader(dataset, sampler, om.ImageBatchCollator(), seed=0,
-                           transform=augment.text_lines())
+(docs/augment.md has more.) This package imports only ``core`` and ``data``: the collator
+and the fetch step import it.
 """
 from onemodel_cy.augment.program import Transform, WIDTH_LIMIT, HEIGHT_LIMIT
 from onemodel_cy.augment.operations import (Affine, BrightnessContrast, Compose, Dilate, Elastic, Erode,

@@ -60,20 +60,6 @@ cdef enum:
 
 cdef float DEG2RAD = <float>0.017453292519943295      # f32(pi / 180), bits 0x3c8efa35
 
-cdef struct Node:
-    int kind
-    int count           # children of a Compose or OneOf; 1 for RandomApply
-    Py_ssize_t size     # records in this subtree, itself included
-    int border
-    float fill
-    float p[8]          # the constructor's parameters, rounded to float32
-    Py_ssize_t ia, ib
-    double bound        # as a OneOf's child: its cumulative bound (D10's rule)
-
-cdef struct Shape:
-    Py_ssize_t c, h, w
-
-
 cdef inline float uniform(float low, float high, u64* state) noexcept nogil:
     # f32(low + f32(f32(high - low) * u)), u = next_single()
     return low + (high - low) * draw_single(state)
@@ -255,13 +241,6 @@ cdef class Transform:
     (stream 1), which edits a float32 ``[C, H, W]`` array in place. ``apply(image, rng)``
     returns the new image without touching its argument.
     """
-    cdef Node* nodes
-    cdef Py_ssize_t node_count
-    cdef Py_ssize_t leaf_count
-    cdef readonly bint keeps_shape     # True: no operation in it can change the shape
-    cdef bint _claimed
-    cdef tuple _args                   # the constructor's arguments, as given back by __reduce__
-
     def __cinit__(self):
         self.nodes = NULL
 
@@ -347,7 +326,10 @@ cdef class Transform:
         try:
             with nogil:
                 count = plan_node(self.nodes, 0, &shape, &state, steps, 0)
-            size = scratch_size(steps, count, source)
+            size = scratch_floats(steps, count)
+            if size < 0:
+                raise ValueError(f"augmenting an image of shape {image.shape} would need more float32 scratch "
+                                 f"than memory can hold")
             out = np.empty((shape.c, shape.h, shape.w), dtype=np.float32)
             destination = <float*>cnp.PyArray_DATA(<cnp.ndarray>out)
             if count == 0:
@@ -368,20 +350,32 @@ cdef class Transform:
 
 
 MAX_FLOATS = (1 << 60) // 16       # three buffers of float32, their byte count far from overflow
+cdef Py_ssize_t C_MAX_FLOATS = MAX_FLOATS
 
 
-cdef object scratch_size(const Step* steps, Py_ssize_t count, cnp.ndarray source):
-    """The floats one scratch buffer needs: the largest input, output or half-resized image."""
-    most = 1
+cdef inline Py_ssize_t image_floats(Py_ssize_t c, Py_ssize_t h, Py_ssize_t w) noexcept nogil:
+    """c * h * w (each >= 1), or -1 past MAX_FLOATS; no product overflows."""
+    if h > C_MAX_FLOATS // c or w > C_MAX_FLOATS // (c * h):
+        return -1
+    return c * h * w
+
+
+cdef Py_ssize_t scratch_floats(const Step* steps, Py_ssize_t count) noexcept nogil:
+    """The largest input, output or half-resized image of the steps, in floats (at least 1)."""
+    cdef Py_ssize_t size[3]
+    cdef Py_ssize_t k, most = 1
     for k in range(count):
-        planes = steps[k].c
-        for h, w in ((steps[k].h, steps[k].w), (steps[k].oh, steps[k].ow), (steps[k].h, steps[k].ow)):
-            size = planes * h * w
-            if size > MAX_FLOATS:
-                raise ValueError(f"augmenting an image of shape {(<object>source).shape} would need an image of "
-                                 f"{planes} x {h} x {w} float32 pixels, more than memory can hold")
-            most = max(most, size)
+        size[0] = image_floats(steps[k].c, steps[k].h, steps[k].w)
+        size[1] = image_floats(steps[k].c, steps[k].oh, steps[k].ow)
+        size[2] = image_floats(steps[k].c, steps[k].h, steps[k].ow)
+        if size[0] < 0 or size[1] < 0 or size[2] < 0:
+            return -1
+        most = max(most, size[0], size[1], size[2])
     return most
+
+
+cdef bint runs_program(object transform):
+    return isinstance(transform, Transform) and type(transform).__call__ is Transform.__call__
 
 
 # The kinds of operation, for operations.py (which checks the arguments).

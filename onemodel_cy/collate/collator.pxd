@@ -33,6 +33,7 @@ cdef class Workspace:
     cdef list held                     # slot j's sample, while the slot table points into it
     cdef list keep                     # contiguous copies the slot table points into
     cdef bint busy                     # a collation is using it (refuses re-entrant use)
+    cdef object transforms             # collate/transform.pyx's TransformScratch, made on first use
 
     cdef SlotJob* reserve(self, Py_ssize_t n) except NULL
     cdef void let_go(self, Py_ssize_t n, bint* baton)
@@ -50,6 +51,8 @@ cdef class ImageBatchCollator:
     cdef readonly BufferPool pool
     cdef AugmentKernel _kernel          # the augmentation's GIL-free kernel (run NULL: none)
     cdef bint _python_augmentation
+    cdef readonly object program        # a built-in augmentation (onemodel_cy.augment): the fetch step plans and
+                                        # runs it with the transform (collate/transform.pyx), without the GIL
     cdef bint _claimed                  # __init__ ran: a second one is refused
     cdef object _local                  # per-thread default workspace of direct calls
 
@@ -59,7 +62,7 @@ cdef class ImageBatchCollator:
 
     cdef ImageBatch assemble(self, Workspace ws, Py_ssize_t n, Py_ssize_t channels, Py_ssize_t height,
                              u64 seed, u64 epoch, u64 step, object epoch_value, object step_value,
-                             object global_step, Py_ssize_t first_slot, bint* baton)
+                             object global_step, Py_ssize_t first_slot, bint augmented, bint* baton)
     cdef augment_staged(self, Workspace ws, Py_ssize_t n, Py_ssize_t channels, Py_ssize_t height,
                         Py_ssize_t total_width, u64 seed, u64 epoch, u64 step, Py_ssize_t first_slot,
                         bint* baton, object epoch_value, object step_value, object global_step)

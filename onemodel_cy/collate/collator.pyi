@@ -6,6 +6,7 @@ import numpy as np
 import numpy.typing as npt
 from typing_extensions import disjoint_base
 
+from onemodel_cy.augment.program import Transform
 from onemodel_cy.collate.augment import Augmentation
 from onemodel_cy.collate.batch import ImageBatch
 from onemodel_cy.collate.bufferpool import BufferPool
@@ -48,6 +49,9 @@ class ImageBatchCollator:
     def augmentation(self) -> Augmentation | _AugmentationFn | None: ...
     @property
     def pool(self) -> BufferPool: ...
+    # The augmentation when it is a built-in of onemodel_cy.augment (run with the transform).
+    @property
+    def program(self) -> Transform | None: ...
     def __init__(
         self,
         width_multiple: SupportsIndex = 1,

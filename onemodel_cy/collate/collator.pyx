@@ -32,6 +32,7 @@ from onemodel_cy.core.validate cimport (add_note, as_index, as_size, as_u64, as_
                                         checked_mul)
 from onemodel_cy.core.rng cimport SampleRng, derive_seed, STREAM_AUGMENTATION
 from onemodel_cy.collate.augment cimport Augmentation, AugmentKernel, store_row, store_row_streamed
+from onemodel_cy.augment.program cimport Transform, runs_program
 from onemodel_cy.collate.bufferpool cimport BufferPool, Block
 from onemodel_cy.collate.batch cimport BatchLayout, ImageBatch, plan_layout, batch_in_block
 from onemodel_cy.data.datasets cimport Sample, PIXELS_FLOAT32, PIXELS_GRAY8
@@ -340,8 +341,9 @@ cdef class ImageBatchCollator:
     augmentation : callable or Augmentation, optional
         ``aug(image, rng)`` editing a contiguous float32 ``[C, H, W_i]`` scratch in place with
         ``rng = SampleRng(derive(seed, epoch, step, slot, 1))``. An :class:`Augmentation`
-        with a kernel (:class:`GainOffset`, :class:`GaussianNoise`) runs without the GIL.
-        It must leave the samples' own arrays alone: some slots are copied only after
+        with a kernel (:class:`GainOffset`, :class:`GaussianNoise`) runs without the GIL, and
+        so does a built-in one of ``onemodel_cy.augment`` that keeps the shape, in a loader
+        (``collate`` calls it). It must leave the samples' own arrays alone: some slots are copied only after
         others were augmented.
     pool : BufferPool, optional
         Where batch memory comes from; a private pool by default.
@@ -372,6 +374,11 @@ cdef class ImageBatchCollator:
         if isinstance(augmentation, Augmentation):
             self._kernel = (<Augmentation>augmentation).kernel    # a sealed copy of the parameters
         self._python_augmentation = augmentation is not None and self._kernel.run == NULL
+        if runs_program(augmentation):
+            if not (<Transform>augmentation).keeps_shape:
+                raise TypeError(f"augmentation {augmentation!r} can change the image's shape: use it as the "
+                                f"loader's transform; an augmentation edits the image in place")
+            self.program = augmentation
         self.pool = pool if pool is not None else BufferPool()
         self._local = threading.local()
 
@@ -437,14 +444,17 @@ cdef class ImageBatchCollator:
                                      f"(int32 Indices), received {index}")
                 fill_slot(ws, j, samples[j], index, first, shape)
             return self.assemble(ws, n, shape[0], shape[1], seed64, epoch64, step64, epoch_value, step_value,
-                                 None, first, &baton)
+                                 None, first, False, &baton)
         finally:
             ws.let_go(0, &baton)
 
     cdef ImageBatch assemble(self, Workspace ws, Py_ssize_t n, Py_ssize_t channels, Py_ssize_t height,
                              u64 seed64, u64 epoch64, u64 step64, object epoch_value, object step_value,
-                             object global_step, Py_ssize_t first_slot, bint* baton):
+                             object global_step, Py_ssize_t first_slot, bint augmented, bint* baton):
         """The batch of the ``n`` slots in ``ws``'s table; gives the baton back (``baton``).
+        ``augmented``: a built-in augmentation (``program``) already ran on the table (the
+        fetch step's), so only a kernel augmentation is left to run, fused with the copy;
+        otherwise ``program`` is called like a Python augmentation (the same bytes).
 
         Every argument is already converted (the callers convert first, before the slot
         table points anywhere: converting runs user code, ``__index__``)."""
@@ -460,7 +470,7 @@ cdef class ImageBatchCollator:
             if pacing is not None:
                 pacing.give_back(baton)
             write_columns(jobs, n, block.data, &layout)
-        if self._python_augmentation:
+        if self._python_augmentation and not augmented:
             self.augment_staged(ws, n, channels, height, total_width, seed64, epoch64, step64, first_slot, baton,
                                 epoch_value, step_value, global_step)
         with nogil:

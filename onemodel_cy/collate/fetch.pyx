@@ -4,8 +4,11 @@ Owned by the loader: this is where a global step's samples are read. A dataset t
 offers a packed view (``PackedSource``, ``data/datasets.pxd``) is gathered straight
 from its storage without the GIL; any other dataset, or any loader with a transform, is
 read sample by sample with ``get_sample`` in one loop in C, each sample passed through
-``transform(sample, SampleRng(derive(seed, epoch, step, slot, 0)))`` (D17). The
-collator then assembles the slot table into the batch (§4).
+``transform(sample, SampleRng(derive(seed, epoch, step, slot, 0)))`` (D17). A built-in
+transform (``onemodel_cy.augment``) is not called: the slot table is read as without one
+(the packed view serves), then the transform is planned and run on it without the GIL
+(``collate/transform.pyx``), with the same bytes. The collator then assembles the slot
+table into the batch (§4).
 """
 cimport numpy as cnp
 
@@ -16,6 +19,8 @@ from onemodel_cy.data.datasets cimport PackedImages, PackedSource, Sample, PIXEL
 from onemodel_cy.collate.collator cimport SlotJob, Workspace, ImageBatchCollator, fill_slot, step_name
 from onemodel_cy.collate.pacing cimport Pacing
 from onemodel_cy.collate.profile cimport StageClock, clock_ns
+from onemodel_cy.collate.transform cimport TransformRun, plan_transform, run_transform
+from onemodel_cy.augment.program cimport runs_program
 
 cnp.import_array()
 
@@ -39,14 +44,15 @@ def build_batch(ImageBatchCollator collator not None, dataset, cnp.ndarray indic
     start, stop : int
         The slot range built (a rank's share; the whole batch by default).
     transform : callable, optional
-        ``transform(sample, rng) -> Sample`` (stream 0).
+        ``transform(sample, rng) -> Sample`` (stream 0); a built-in one runs without the GIL.
     global_step : int, optional
         ``g``, stored in the batch and named in error notes.
     workspace : Workspace, optional
         The calling worker's workspace (the collator's per-thread one by default).
     route : None, "packed" or "samples"
         None picks the packed view when the dataset offers one and there is no
-        transform; "packed" requires it; "samples" always calls ``get_sample``.
+        transform or a built-in one; "packed" requires it; "samples" always calls
+        ``get_sample``.
     """
     # numpy's C fields, never Python attributes (an ndarray subclass may report anything).
     if (cnp.PyArray_TYPE(indices) != cnp.NPY_INT64 or cnp.PyArray_NDIM(indices) != 1
@@ -73,11 +79,12 @@ def build_batch(ImageBatchCollator collator not None, dataset, cnp.ndarray indic
         raise TypeError(f"transform must be callable as transform(sample, rng) or None, "
                         f"received {type(transform).__name__}")
     cdef PackedImages view
-    cdef bint packed = (route != "samples" and transform is None and isinstance(dataset, PackedSource)
+    cdef bint builtin = transform is not None and runs_program(transform)
+    cdef bint packed = (route != "samples" and (transform is None or builtin) and isinstance(dataset, PackedSource)
                         and (<PackedSource>dataset).packed_view(&view))
     if route == "packed" and not packed:
-        raise TypeError(f"route='packed' needs a dataset with a packed view and no transform, received "
-                        f"{type(dataset).__name__} with transform={transform!r}")
+        raise TypeError(f"route='packed' needs a dataset with a packed view and no transform or a built-in one, "
+                        f"received {type(dataset).__name__} with transform={transform!r}")
     cdef Workspace ws = collator.claim_workspace(workspace)
     cdef bint baton = False
     cdef Py_ssize_t shape[2]
@@ -94,10 +101,13 @@ def build_batch(ImageBatchCollator collator not None, dataset, cnp.ndarray indic
             add_note(error, f"onemodel_cy: while building {step_name(global_step, epoch_value, step_value)}")
             raise
         if not packed:
-            read_samples(ws, dataset, indices, lo, hi, transform, seed64, epoch64, step64, global_step,
-                         epoch_value, step_value, shape, &baton)
+            read_samples(ws, dataset, indices, lo, hi, None if builtin else transform, seed64, epoch64, step64,
+                         global_step, epoch_value, step_value, shape, &baton)
+        if builtin or collator.program is not None:
+            transform_slots(ws, transform if builtin else None, collator.program, hi - lo, shape, seed64, epoch64,
+                            step64, lo, global_step, epoch_value, step_value)
         return collator.assemble(ws, hi - lo, shape[0], shape[1], seed64, epoch64, step64, epoch_value,
-                                 step_value, global_step, lo, &baton)
+                                 step_value, global_step, lo, collator.program is not None, &baton)
     finally:
         ws.let_go(hi - lo, &baton)
 
@@ -155,6 +165,31 @@ cdef Py_ssize_t gather_packed(Workspace ws, const PackedImages* view, const i64*
     for j in range(n):
         read = checked_add(read, jobs[j].width * shape[0] * shape[1] * pixel_size, "the batch's pixel bytes")
     return read
+
+
+cdef int transform_slots(Workspace ws, transform, augmentation, Py_ssize_t n, Py_ssize_t* shape, u64 seed64,
+                         u64 epoch64, u64 step64, Py_ssize_t first_slot, global_step, epoch, step) except -1:
+    """The built-in ``transform`` and ``augmentation`` (either None) on the n slots of ``ws``'s
+    table (``collate/transform.pyx``): planned here, run without the GIL (their time counts
+    as the batch's copy)."""
+    cdef const TransformRun* run
+    cdef int status
+    cdef StageClock clock = ws.clock
+    cdef i64 started
+    try:
+        run = plan_transform(ws, transform, augmentation, n, shape, seed64, epoch64, step64, first_slot)
+    except Exception as error:
+        add_note(error, f"onemodel_cy: while building {step_name(global_step, epoch, step)}")
+        raise
+    with nogil:
+        started = clock_ns() if clock is not None else 0
+        status = run_transform(run)
+    if clock is not None:
+        clock.copy_ns += clock_ns() - started
+    if status < 0:
+        raise MemoryError(f"{step_name(global_step, epoch, step)}: a kernel of a built-in transform or "
+                          f"augmentation could not allocate its memory")
+    return 0
 
 
 cdef int read_samples(Workspace ws, dataset, cnp.ndarray indices, Py_ssize_t lo, Py_ssize_t hi, transform,

@@ -7,13 +7,15 @@ route runs it: 0 workers and ``batch_at`` on the consumer, thread workers, the p
 lane, and worker processes, which receive it pickled. Workers only decide *when* a step
 is built; what it holds comes from here.
 
-The split: for a dataset with a packed view, no transform and no Python augmentation,
-``build`` is ``prepare`` (under the GIL: the sampler's indices, the slot table pointed at
-the packed storage, the batch's layout and pool block) followed by ``fill`` (the columns
-and images written without the GIL, ``collate/pipeline.pxd``). The packed lane runs the two
-halves on two threads; ``splits()`` says whether they apply. Both halves are the very
-code of ``build`` (``gather_packed``, ``ImageBatchCollator.plan`` and ``fill_batch``), so
-the bytes are the same.
+The split: for a dataset with a packed view, no transform or a built-in one
+(``onemodel_cy.augment``), and no Python augmentation (a built-in one runs with the
+transform), ``build`` is ``prepare`` (under the GIL: the sampler's indices, the slot table
+pointed at the packed storage, the built-ins planned, the batch's layout and pool block)
+followed by ``fill`` (the built-ins' kernels, the columns and images written without the
+GIL, ``collate/pipeline.pxd``). The packed lane runs the two halves on two threads;
+``splits()`` says whether they apply. Both halves are the very code of ``build``
+(``gather_packed``, ``plan_transform``/``run_transform``, ``ImageBatchCollator.plan`` and
+``fill_batch``), so the bytes are the same.
 """
 cimport numpy as cnp
 
@@ -24,6 +26,8 @@ from onemodel_cy.collate.bufferpool cimport Block
 from onemodel_cy.collate.collator cimport Workspace, ImageBatchCollator
 from onemodel_cy.data.datasets cimport PackedImages, PackedSource
 from onemodel_cy.collate.fetch cimport gather_packed
+from onemodel_cy.collate.transform cimport plan_transform
+from onemodel_cy.augment.program cimport runs_program
 
 from onemodel_cy.collate.fetch import build_batch
 
@@ -101,12 +105,13 @@ cdef class Pipeline:
 
     def splits(self):
         """Whether ``prepare`` + ``fill`` can build its steps: a dataset whose packed view
-        serves (not a subclass with its own ``get_sample``), no transform, no Python
-        augmentation."""
+        serves (not a subclass with its own ``get_sample``), no transform or a built-in
+        one, no Python augmentation (a built-in one is planned with the transform)."""
         cdef PackedImages view
-        return (self.transform is None and isinstance(self.dataset, PackedSource)
+        cdef ImageBatchCollator collator = self.collator
+        return ((self.transform is None or runs_program(self.transform)) and isinstance(self.dataset, PackedSource)
                 and (<PackedSource>self.dataset).packed_view(&view)
-                and not (<ImageBatchCollator>self.collator)._python_augmentation)
+                and (not collator._python_augmentation or collator.program is not None))
 
     cdef object prepare(self, i64 g, Workspace ws, Prepared* out):
         """The first half of ``build(g, ws)``: the batch, its block not yet written, and in
@@ -132,6 +137,10 @@ cdef class Pipeline:
             (<PackedSource>self.dataset).ensure_samples(ws.indices, lo, hi)
             read = gather_packed(ws, &view, <const i64*>cnp.PyArray_DATA(ws.indices), lo, hi, shape)
             (<PackedSource>self.dataset).pixels_read(read)
+            out.transform = NULL
+            if self.transform is not None or collator.program is not None:
+                out.transform = plan_transform(ws, self.transform, collator.program, hi - lo, shape, self.seed64,
+                                               epoch64, step64, lo)
             block = collator.plan(ws.jobs, hi - lo, shape[0], shape[1], &out.layout, &total_width)
             batch = batch_in_block(block, &out.layout, epoch, step, g)
         except BaseException:
@@ -142,4 +151,5 @@ cdef class Pipeline:
         out.kernel = &collator._kernel
         out.pad = collator.pad_value
         out.seed, out.epoch, out.step = self.seed64, epoch64, step64
+        out.failed = False
         return batch

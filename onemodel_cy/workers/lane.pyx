@@ -21,7 +21,9 @@ route's, whatever the timing. Both halves are the pipeline's (``Pipeline.prepare
 
 Errors: a step whose preparation raises is built again by the pipeline's ``build`` on
 the consumer, so its exception is the one every other route raises (a build that then
-succeeds is used as it is); it is raised at its step, and nothing after it is posted.
+succeeds is used as it is); it is raised at its step, and nothing after it is posted. A
+fill whose built-in transform could not allocate its kernels' memory is built the same way
+when its step is taken.
 
 Waiting: a consumer whose step is not done, and a worker with nothing posted, spin
 without the GIL for up to ``SPIN_NS`` (yielding the core every microsecond or so), then
@@ -417,6 +419,7 @@ cdef class LaneEngine:
             self.window.failed(g)
             return
         slot.prepared.n = 0             # nothing of the workspace is held
+        slot.prepared.failed = False
         self.batches[k], self.steps[k] = batch, g
         atomic_store(&slot.state, DONE)
 
@@ -462,8 +465,12 @@ cdef class LaneEngine:
                 raise RuntimeError(f"every worker thread ended before building step {g}")
             if answer == 0:
                 raise TimeoutError(f"no batch for step {g} after {timeout} s (DataLoader timeout)")
+            failed = self.lane.slots[k].prepared.failed
             batch = self.hand_out(k)
             self.window.took(g)
+            if failed:      # a transform's kernel could not allocate: built whole, which raises what it raises
+                batch = None
+                batch = self.pipeline.build(g, self.workspaces[k])
             self.dispatch()
         return batch
 
