@@ -1,7 +1,7 @@
 """The README's Python snippets run as copied: each ```python block is cut out of README.md
 and run by a fresh interpreter in an empty folder (the checkpoint snippet twice: the second
 run resumes where the first saved). A snippet added to the README is run here without
-being named.
+being named. The same holds for the pages of ``PAGES`` (docs/augment.md).
 """
 from __future__ import annotations
 
@@ -16,10 +16,18 @@ import torch  # noqa: F401  (the README's snippets use torch; CI leaves this fil
 from harness import ROOT
 
 
-def readme_snippets():
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as readme:
+PAGES = ["README.md", "docs/augment.md"]      # the pages whose every ```python block runs here
+
+
+def readme_snippets(page="README.md"):
+    with open(os.path.join(ROOT, page), encoding="utf-8") as readme:
         text = readme.read()
     return re.findall(r"^```python\n(.*?)^```", text, flags=re.S | re.M)
+
+
+def page_snippets():
+    """(page, index, code) of every snippet of every page of PAGES."""
+    return [(page, k, code) for page in PAGES for k, code in enumerate(readme_snippets(page))]
 
 
 def run(code, folder):
@@ -34,9 +42,14 @@ def test_the_readme_has_the_snippets_this_file_expects():
     assert any("load_state_dict" in s for s in snippets)
 
 
-@pytest.mark.parametrize("index", range(len(readme_snippets())))
-def test_a_readme_snippet_runs_as_copied(index, tmp_path):
-    code = readme_snippets()[index]
+def test_the_augment_page_has_its_snippets():
+    snippets = readme_snippets("docs/augment.md")
+    assert len(snippets) >= 4, "docs/augment.md lost its snippets (transform, augmentation, composition, determinism)"
+    assert any("text_lines()" in s for s in snippets) and any("state=checkpoint" in s for s in snippets)
+
+
+@pytest.mark.parametrize("page, index, code", page_snippets(), ids=[f"{p}:{k}" for p, k, _ in page_snippets()])
+def test_a_readme_snippet_runs_as_copied(page, index, code, tmp_path):
     first = run(code, tmp_path)
     if "load_state_dict" not in code:
         return
