@@ -35,7 +35,8 @@ class LoaderProfile:
     - ``get_sample_s``, ``transform_s``, ``augmentation_s``: the Python stages, calls of
       your dataset's ``get_sample``, your transform and a Python augmentation (a built-in
       ``GainOffset`` or ``GaussianNoise`` runs inside the copy);
-    - ``copy_s``: the images copied into the batch (and staged for a Python augmentation).
+    - ``copy_s``: the images copied into the batch (and staged for a Python augmentation),
+      and the kernels of a built-in transform or augmentation (``onemodel_cy.augment``).
 
     Worker processes (``worker_mode="process"``) keep their stages to themselves: the
     consumer sees its waits only. The packed lane's workers copy without the GIL and are
