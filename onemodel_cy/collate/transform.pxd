@@ -7,7 +7,7 @@ from onemodel_cy.collate.collator cimport SlotJob, Workspace
 # One slot's planned transform.
 cdef struct SlotRun:
     SlotJob source          # the slot as gathered: its input (the job is then pointed at `out`)
-    Py_ssize_t first, count # its steps: steps[first : first + count]
+    Py_ssize_t first, count  # its steps: steps[first : first + count]
     float* out              # its output, in the staging buffer (NULL: no step ran, the job is unchanged)
 
 # Everything run_transform reads: the slots, their steps and the buffers, all owned by
