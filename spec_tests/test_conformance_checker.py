@@ -497,3 +497,29 @@ def test_checker_never_crashes_on_any_value(own_results):
             if "values_f32" not in path:     # values_f32: compared only where the vector has them
                 compared = "harness" not in path
                 assert failures == (1 if compared and output != original else 0), (name, path, junk, report)
+
+
+def test_only_regular_files_up_to_the_bound_are_read(tmp_path, own_results):
+    """Issue 36, item 12: a results file that is a link to /dev/zero (a MemoryError
+    traceback before), a FIFO (a hang for ever before) or a file larger than
+    RESULTS_BYTES is refused in one line naming it, without being read whole or waited
+    on; the other files are still checked. Run as the command a user runs, in bounded time."""
+    import os
+    import subprocess
+    import sys
+    _write_all(tmp_path, own_results)
+    os.remove(tmp_path / "rng.json")
+    os.symlink("/dev/zero", tmp_path / "rng.json")
+    os.remove(tmp_path / "image.json")
+    os.mkfifo(tmp_path / "image.json")
+    with open(tmp_path / "collate.json", "r+b") as f:
+        f.truncate((256 << 20) + 1)           # sparse
+    done = subprocess.run([sys.executable, "-m", "onemodel_cy", "conformance", "check", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    out = done.stdout
+    assert done.returncode == 1 and "Traceback" not in out + done.stderr, out + done.stderr
+    for name, problem in (("rng.json", "not a regular file"), ("image.json", "not a regular file"),
+                          ("collate.json", "larger than the 268435456 bytes a results file may hold")):
+        lines = [line for line in out.splitlines() if f"{name}:" in line]
+        assert len(lines) == 1 and str(tmp_path / name) in lines[0] and problem in lines[0], (name, out)
+    assert re.search(r"stream\.json \(§1\): \d+ passed, 0 failed, 0 missing", out)

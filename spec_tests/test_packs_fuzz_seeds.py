@@ -76,9 +76,18 @@ def body_of(path, name):
 def test_negative_dimensions_in_a_header_are_a_pack_error(tmp_path):
     """Format check 2 (header shape): shapes.npy headed (-1, -9), whose product 9 matches its
     body and the manifest, was accepted by the size check and then np.load raised a numpy
-    ValueError naming no file."""
+    ValueError naming no file. A manifest recording that shape is refused first (issue 36:
+    every dimension it records is in [0, 2**48]); one recording the file's true shape
+    leaves it to the header check."""
     path = write_pack(tmp_path)
+    original = manifest_of(path)
     replace_file(path, "shapes", npy_header("<i8", "(-1, -9)", 128) + body_of(path, "shapes"))
+    with pytest.raises(PackError, match=r"manifest\.json: arrays\.shapes\.shape\[0\] must be an integer in "
+                                        r"\[0, 2\*\*48\], received -1"):
+        om.PackedImageDataset(path, 0.0, 1.0)
+    resealed = manifest_of(path)
+    resealed["arrays"]["shapes"]["shape"] = original["arrays"]["shapes"]["shape"]
+    write_manifest_text(path, json.dumps(resealed))
     with pytest.raises(PackError, match=r"shapes\.npy: must hold a C-order <i8 array"):
         om.PackedImageDataset(path, 0.0, 1.0)
 

@@ -8,6 +8,7 @@ import argparse
 import json
 import os
 import shutil
+import stat
 import sys
 from pathlib import Path
 
@@ -204,6 +205,34 @@ def check(results, allow_missing=False, out=None):
     return failures
 
 
+# A results file is read only if it is a regular file (a link to one is followed), and
+# only up to this many bytes and one more: a link to /dev/zero, a FIFO or a runaway port's
+# output is refused in one line, never read whole or waited on.
+RESULTS_BYTES = 256 << 20
+
+
+def read_results_file(file) -> bytes:
+    """The bytes of the results file ``file``, or ``ResultsError`` in one line: not a
+    regular file (opened without blocking, then looked at), or larger than ``RESULTS_BYTES``."""
+    fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ResultsError(f"{file}: not a regular file (a results file is a regular file of at most "
+                               f"{RESULTS_BYTES} bytes)")
+        parts, got = [], 0
+        while got <= RESULTS_BYTES:
+            part = os.read(fd, RESULTS_BYTES + 1 - got)
+            if not part:
+                break
+            parts.append(part)
+            got += len(part)
+    finally:
+        os.close(fd)
+    if got > RESULTS_BYTES:
+        raise ResultsError(f"{file}: larger than the {RESULTS_BYTES} bytes a results file may hold")
+    return b"".join(parts)
+
+
 def _read_results(paths):
     """{file name: document or ResultsError} for every results file under ``paths``."""
     results, read = {}, {}
@@ -224,7 +253,7 @@ def _read_results(paths):
             if file.name in results:     # the same file named twice
                 continue
             try:
-                results[file.name] = parse_results(file.read_bytes(), str(file))
+                results[file.name] = parse_results(read_results_file(file), str(file))
             except ResultsError as error:
                 results[file.name] = error
             except OSError as error:

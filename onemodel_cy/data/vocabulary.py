@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["BLANK", "decode", "with_blank", "symbols_of", "check_same"]
+__all__ = ["BLANK", "decode", "with_blank", "symbols_of", "are_symbols", "check_same"]
 
 BLANK = "<blank>"
 
@@ -28,6 +28,14 @@ def symbols_of(vocabulary) -> list:
     that is the blank (a dataset's ``vocabulary``), so either form can be passed on."""
     symbols = list(vocabulary)
     return symbols[1:] if symbols and symbols[0] == BLANK else symbols
+
+
+def are_symbols(symbols) -> bool:
+    """Whether ``symbols`` are the symbols of ids 1, 2, ... as a pack records them: a list of
+    distinct one-character strings. The one rule of a vocabulary a writer is given and of
+    the one a manifest records (``data/packs/format.py`` checks every manifest's by it)."""
+    return (isinstance(symbols, list) and all(isinstance(s, str) and len(s) == 1 for s in symbols)
+            and len(set(symbols)) == len(symbols))
 
 
 def check_same(*datasets) -> tuple:

@@ -42,7 +42,7 @@ import numpy as np
 
 from onemodel_cy.data.packs.cache import PRESENT, open_maps
 from onemodel_cy.data.packs.format import SHARDED_FORMAT, PackError, read_manifest
-from onemodel_cy.data.packs.remote import CHUNK, check_range, request_async
+from onemodel_cy.data.packs.remote import CHUNK, check_range, redact, request_async
 
 POLL = 0.002                # seconds between two looks at samples another process is fetching
 GAP = 64 << 10              # bytes between two samples that one request still spans
@@ -57,11 +57,12 @@ class RemoteSamples:
 
     def __init__(self, folder: str, url: str, storage_options, retry):
         self.folder, self.url = folder, url.rstrip("/")
+        shown = redact(self.url)        # what messages name: without the URL's credentials
         self.storage_options, self.retry = dict(storage_options or {}), retry
         manifest = read_manifest(folder)
         names = [entry["name"] for entry in manifest["shards"]] if manifest["format"] == SHARDED_FORMAT else [""]
         starts, lengths, files, digests = [], [], [], []
-        self.files = []                 # per shard: (path in the store, URL, local pixels.npy)
+        self.files = []                 # per shard: (path in the store, URL as shown, local pixels.npy)
         for k, name in enumerate(names):
             shard = os.path.join(folder, name) if name else folder
             pixels = np.load(os.path.join(shard, "pixels.npy"), mmap_mode="r")
@@ -72,7 +73,7 @@ class RemoteSamples:
             files.append(np.full(offsets.shape[0], k, dtype=np.int32))
             digests.append(np.load(os.path.join(shard, "sample_sha256.npy"), mmap_mode="r"))
             where = f"{name}/pixels.npy" if name else "pixels.npy"
-            self.files.append((where, f"{self.url}/{where}", os.path.join(shard, "pixels.npy")))
+            self.files.append((where, f"{shown}/{where}", os.path.join(shard, "pixels.npy")))
         self.start, self.length = np.concatenate(starts), np.concatenate(lengths)
         self.file = np.concatenate(files)
         self.digests = digests[0] if len(digests) == 1 else np.concatenate(digests)

@@ -13,10 +13,13 @@ import hashlib
 import json
 import os
 import re
+import stat
 import struct
 import tokenize
 
 import numpy as np
+
+from onemodel_cy.data.vocabulary import are_symbols
 
 FORMAT = "onemodel_cy-pack"
 SHARDED_FORMAT = "onemodel_cy-sharded-pack"    # a folder of packs (shards) read as one dataset
@@ -49,6 +52,14 @@ ARRAYS = {
 KEYS = ("keys", "key_offsets")
 OPTIONAL = KEYS + ("sample_sha256",)
 DIGEST_BYTES = 32
+# A manifest is data from whoever wrote (or serves) the pack: it is read up to this many
+# bytes and one more, never further (a larger one is refused), locally and from a URL. A
+# pack's manifest is about 2 KB; a sharded pack's grows by about 150 bytes a shard, so
+# this bound holds some 100,000 shards.
+MANIFEST_BYTES = 16 << 20
+# Every size a manifest records (an array file's bytes, each dimension of its shape) is
+# an integer in [0, MAX_SIZE] (256 TiB): never negative, never a bool or a float.
+MAX_SIZE = 1 << 48
 
 
 class PackError(ValueError):
@@ -123,13 +134,45 @@ def open_manifest(folder: str) -> tuple[dict, str]:
     path = os.path.join(folder, MANIFEST)
     if not os.path.isdir(folder):
         raise PackError(f"{folder}: not a folder; a pack is a folder holding {MANIFEST} and .npy arrays")
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):
         raise PackError(f"{path}: missing; {folder} is not a pack, or one whose writing never finished")
+    check_inside(folder, path)
+    return parse_manifest(read_bounded(path, MANIFEST_BYTES), path)
+
+
+def read_bounded(path: str, limit: int) -> bytes:
+    """The bytes of the regular file ``path``, read up to ``limit`` bytes and one more: a
+    larger file is refused without being read further; a folder, a FIFO or a device is
+    refused without being read (opened without blocking, then looked at)."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise PackError(f"{path}: not a regular file")
+            parts, got = [], 0
+            while got <= limit:
+                part = os.read(fd, limit + 1 - got)
+                if not part:
+                    break
+                parts.append(part)
+                got += len(part)
+        finally:
+            os.close(fd)
+    except OSError as error:
+        raise PackError(f"{path}: not readable ({error.strerror or error})") from None
+    if got > limit:
+        raise PackError(f"{path}: larger than the {limit} bytes a manifest may hold (MANIFEST_BYTES)")
+    return b"".join(parts)
+
+
+def parse_manifest(data: bytes, path: str) -> tuple[dict, str]:
+    """``(manifest, sha256)`` of the manifest bytes ``data`` (from a folder or a URL), every
+    field checked: a ``PackError`` naming ``path`` (the manifest's file or URL) and the field."""
+    if len(data) > MANIFEST_BYTES:
+        raise PackError(f"{path}: larger than the {MANIFEST_BYTES} bytes a manifest may hold (MANIFEST_BYTES)")
+    try:
         manifest = json.loads(data.decode("utf-8"), parse_int=bounded_int)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:   # nesting too deep
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:   # nesting too deep
         raise PackError(f"{path}: not a readable JSON manifest ({error})") from None
     oversized = first_oversized(manifest)
     if oversized is not None:
@@ -138,25 +181,93 @@ def open_manifest(folder: str) -> tuple[dict, str]:
     if not isinstance(manifest, dict) or manifest.get("format") not in (FORMAT, SHARDED_FORMAT):
         received = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
         raise PackError(f"{path}: format must be {FORMAT!r} (a pack) or {SHARDED_FORMAT!r} (a sharded pack), "
-                        f"received {received!r}")
+                        f"received {brief(received)}")
     if type(manifest.get("version")) is not int or manifest["version"] != VERSION:   # True == 1 and 1.0 == 1
-        raise PackError(f"{path}: pack format version {manifest.get('version')!r}; this reader reads "
+        raise PackError(f"{path}: pack format version {brief(manifest.get('version'))}; this reader reads "
                         f"version {VERSION} only")
     count, kind = manifest.get("count"), manifest.get("pixels")
     if type(count) is not int or not 1 <= count < INT32_END:
-        raise PackError(f"{path}: count must be an integer in [1, 2**31), received {count!r}")
+        raise PackError(f"{path}: count must be an integer in [1, 2**31), received {brief(count)}")
     if not isinstance(kind, str) or kind not in KINDS:      # a list or a dict is unhashable
-        raise PackError(f"{path}: pixels must be one of {sorted(KINDS)}, received {kind!r}")
+        raise PackError(f"{path}: pixels must be one of {sorted(KINDS)}, received {brief(kind)}")
+    vocabulary = manifest.get("vocabulary")
+    if vocabulary is not None and not are_symbols(vocabulary):
+        raise PackError(f"{path}: vocabulary must be a list of distinct one-character strings or null, received "
+                        f"{brief(vocabulary)}")
     if manifest["format"] == SHARDED_FORMAT:
         check_shard_list(path, manifest)
-        return manifest, hashlib.sha256(data).hexdigest()
+    else:
+        check_array_list(path, manifest)
+    return manifest, hashlib.sha256(data).hexdigest()
+
+
+def brief(value, most: int = 120) -> str:
+    """``repr(value)``, cut to about ``most`` characters: a message quotes a manifest's
+    value, which may be as long as the manifest."""
+    text = repr(value)
+    return text if len(text) <= most else f"{text[:most]}... ({len(text)} characters)"
+
+
+def check_file_name(path: str, field: str, name) -> None:
+    """``name`` (the manifest's ``field``) is a plain file name inside the pack's folder: a
+    non-empty string with no path separator, not ``.`` or ``..``, not absolute, no NUL.
+    Checked before anything is fetched or opened by it."""
+    if (not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\\" in name or "\0" in name
+            or os.path.isabs(name)):
+        raise PackError(f"{path}: {field} must be a plain file name inside the pack (no path separator, not "
+                        f"'..', not absolute, not empty, no NUL), received {brief(name)}")
+
+
+def check_size(path: str, field: str, value) -> None:
+    if type(value) is not int or not 0 <= value <= MAX_SIZE:
+        raise PackError(f"{path}: {field} must be an integer in [0, 2**48], received {brief(value)}")
+
+
+def check_array_list(path: str, manifest: dict) -> None:
+    """A pack's ``arrays``: an object naming only arrays of this format, every one that is
+    not optional, each ``{"file": "<name>.npy", "dtype", "shape", "bytes", "sha256"}`` of the
+    right types and bounds. What a fetch writes and a reader opens comes from here."""
     arrays = manifest.get("arrays")
     if not isinstance(arrays, dict):
-        raise PackError(f"{path}: arrays must be an object naming each array file, received {arrays!r}")
+        raise PackError(f"{path}: arrays must be an object naming each array file, received {brief(arrays)}")
+    for name, entry in arrays.items():
+        field = f"arrays.{name}"
+        if name not in ARRAYS:
+            raise PackError(f"{path}: {field}: not an array of this format (one of {', '.join(ARRAYS)})")
+        if not isinstance(entry, dict):
+            raise PackError(f"{path}: {field} must be an object {{file, dtype, shape, bytes, sha256}}, received "
+                            f"{brief(entry)}")
+        check_file_name(path, f"{field}.file", entry.get("file"))
+        if entry["file"] != f"{name}.npy":
+            raise PackError(f"{path}: {field}.file must be {name}.npy, received {brief(entry['file'])}")
+        descr = expected_dtype(manifest, name)
+        if entry.get("dtype") != descr:
+            raise PackError(f"{path}: {field}.dtype must be {descr!r}, received {brief(entry.get('dtype'))}")
+        shape = entry.get("shape")
+        if not isinstance(shape, list) or len(shape) != ARRAYS[name][1]:
+            raise PackError(f"{path}: {field}.shape must be a list of {ARRAYS[name][1]} integers in [0, 2**48], "
+                            f"received {brief(shape)}")
+        for k, n in enumerate(shape):
+            check_size(path, f"{field}.shape[{k}]", n)
+        check_size(path, f"{field}.bytes", entry.get("bytes"))
+        digest = entry.get("sha256")
+        if not isinstance(digest, str) or not SHA256_HEX.match(digest):
+            raise PackError(f"{path}: {field}.sha256 must be 64 lowercase hex digits, received {brief(digest)}")
+    for name in ARRAYS:
+        if name not in OPTIONAL and name not in arrays:
+            raise PackError(f"{path}: arrays.{name}: missing (every pack has {name}.npy)")
     present = [name for name in KEYS if name in arrays]
     if len(present) == 1:
         raise PackError(f"{path}: keys and key_offsets come together, received only {present[0]}")
-    return manifest, hashlib.sha256(data).hexdigest()
+
+
+def check_inside(folder: str, path: str) -> None:
+    """``path`` (a file or shard the manifest names, in ``folder``) lies inside ``folder``
+    once symbolic links are followed: a link out of the pack is not followed."""
+    home, real = os.path.realpath(folder), os.path.realpath(path)
+    if os.path.commonpath([home, real]) != home:
+        raise PackError(f"{path}: a link to {real}, outside the pack's folder {home}; a pack's files lie "
+                        f"in its folder")
 
 
 class OversizedInt:
@@ -199,13 +310,13 @@ def expected_dtype(manifest: dict, name: str) -> str:
 def check_array_file(folder: str, manifest: dict, name: str, verify_sha: bool) -> tuple[str, int]:
     """The path of array ``name`` and the byte offset of its data, after checking the file
     against the manifest: present, of the recorded size, header, dtype and shape, SHA-256."""
-    entry = manifest["arrays"].get(name)
-    where = os.path.join(folder, MANIFEST)
-    if not isinstance(entry, dict) or entry.get("file") != f"{name}.npy":
-        raise PackError(f"{where}: arrays.{name} must record file {name}.npy, received {entry!r}")
+    entry = manifest["arrays"][name]            # every field checked (check_array_list)
     path = os.path.join(folder, entry["file"])
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):
         raise PackError(f"{path}: missing (the manifest lists it)")
+    check_inside(folder, path)
+    if not os.path.isfile(path):
+        raise PackError(f"{path}: not a regular file (the manifest lists it as an array file)")
     size = os.path.getsize(path)
     if size != entry.get("bytes"):
         raise PackError(f"{path}: holds {size} bytes, the manifest records {entry.get('bytes')!r} "
@@ -323,11 +434,11 @@ SHA256_HEX = re.compile(r"[0-9a-f]{64}\Z")
 def check_shard_list(path: str, manifest: dict) -> None:
     """The fields of a sharded pack's manifest beyond those of every manifest: ``shards``, a
     non-empty list of ``{"name", "count", "manifest_sha256"}`` with distinct names whose
-    counts add up to ``count``, and ``vocabulary`` (a list or null)."""
+    counts add up to ``count`` (``vocabulary`` is checked for every manifest: ``parse_manifest``)."""
     shards = manifest.get("shards")
     if not isinstance(shards, list) or not shards:
         raise PackError(f"{path}: shards must be a non-empty list of {{name, count, manifest_sha256}}, "
-                        f"received {shards!r}")
+                        f"received {brief(shards)}")
     for k, entry in enumerate(shards):
         if (not isinstance(entry, dict) or not isinstance(entry.get("name"), str)
                 or not SHARD_NAME.match(entry["name"]) or type(entry.get("count")) is not int
@@ -335,16 +446,13 @@ def check_shard_list(path: str, manifest: dict) -> None:
                 or not SHA256_HEX.match(entry["manifest_sha256"])):
             raise PackError(f"{path}: shards[{k}] must be {{\"name\": a plain folder name ({SHARD_NAME.pattern}), "
                             f"\"count\": an integer in [1, 2**31), \"manifest_sha256\": 64 lowercase hex digits}}, "
-                            f"received {entry!r}")
+                            f"received {brief(entry)}")
     names = [entry["name"] for entry in shards]
     if len(set(names)) != len(names):
         raise PackError(f"{path}: shard names must be distinct, received {names}")
     total = sum(entry["count"] for entry in shards)
     if total != manifest["count"]:
         raise PackError(f"{path}: the shards' counts add up to {total}, the manifest's count is {manifest['count']}")
-    vocabulary = manifest.get("vocabulary")
-    if vocabulary is not None and not (isinstance(vocabulary, list) and all(isinstance(s, str) for s in vocabulary)):
-        raise PackError(f"{path}: vocabulary must be a list of strings or null, received {vocabulary!r}")
 
 
 def open_shards(folder: str, manifest: dict, verify: str) -> list:
@@ -359,6 +467,7 @@ def open_shards(folder: str, manifest: dict, verify: str) -> list:
         where = f"{folder}: shard {k} of {len(shards)} ({entry['name']})"
         shard = os.path.join(folder, entry["name"])
         try:
+            check_inside(folder, shard)
             inner, digest = open_manifest(shard)
             if inner["format"] != FORMAT:
                 raise PackError(f"{os.path.join(shard, MANIFEST)}: a shard is a pack (format {FORMAT!r}), "

@@ -32,7 +32,7 @@ from onemodel_cy.data.packs.exact import RemoteSamples
 from onemodel_cy.data.packs.format import (SHARDED_FORMAT as _SHARDED, PackError, join_shards, load_index,
                                            open_manifest, open_shards)
 from onemodel_cy.data.packs.pixelmap import map_pixel_files
-from onemodel_cy.data.packs.remote import fetch as _fetch, is_url as _is_url, retry_policy
+from onemodel_cy.data.packs.remote import fetch as _fetch, is_url as _is_url, redact, retry_policy
 from onemodel_cy.data.vocabulary import decode as _decode, with_blank as _with_blank
 
 cnp.import_array()
@@ -250,7 +250,7 @@ cdef class PackedImageDataset(PackedSource):
         """The folder half of ``_open``: the pack in ``folder`` (``path`` as given) checked,
         its index sealed, its pixels mapped; for a pack at a URL fetched sample by sample,
         what fetches them (``remote``)."""
-        manifest, digest = opened_manifest(folder, folder if self.url is None else path, expected)
+        manifest, digest = opened_manifest(folder, folder if self.url is None else redact(path), expected)
         kind = manifest["pixels"]
         convert = conversion(folder, kind, mean, std)
         if manifest["format"] == _SHARDED:

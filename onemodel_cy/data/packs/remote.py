@@ -19,7 +19,13 @@ connection, a short answer and a stall are each retried, then reported as a ``Pa
 naming the file's URL, the last failure and the number of attempts. A missing file is
 reported at once. A range is written only once all its bytes have arrived, and a store
 that answers a range with more bytes than asked for (the whole file: it ignores byte
-ranges) is refused at once (``check_range``).
+ranges) is refused at once (``check_range``). No answer is read further than it may be
+long: a range's bytes and one more, a manifest's ``MANIFEST_BYTES`` and one more (an
+http(s) answer is read from its stream, so a server that ignores ranges costs one byte
+more than asked, never the whole file; other stores are asked for those byte ranges).
+
+A URL's credentials (``https://user:password@host/...``, the values of its query) are
+shown in no message: every URL a message names goes through ``redact``.
 """
 from __future__ import annotations
 
@@ -35,9 +41,10 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from onemodel_cy.data.packs import cache as _cache
-from onemodel_cy.data.packs.format import MANIFEST, SHARDED_FORMAT, PackError, open_manifest
+from onemodel_cy.data.packs.format import MANIFEST, MANIFEST_BYTES, SHARDED_FORMAT, PackError, parse_manifest
 
 URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
 OPENING = 64                 # requests at once while a pack is opened
 # Bytes per request at most, a whole file's range or a run of samples (exact.py; a sample
 # larger than this is one request): a few requests per file, little memory, a short retry.
@@ -82,6 +89,26 @@ def is_url(path) -> bool:
     return isinstance(path, str) and URL.match(path) is not None
 
 
+def redact(text: str) -> str:
+    """``text`` (a URL, or a message naming URLs) with every URL in it shown without its
+    credentials: its user and password (``https://user:pass@host/`` -> ``https://***@host/``)
+    and the value of each query parameter (``?token=abc`` -> ``?token=***``). The one way a
+    URL is shown: in every message, repr and fingerprint (none of which names a URL else)."""
+    return URL_IN_TEXT.sub(redact_one, str(text))
+
+
+def redact_one(match) -> str:
+    scheme, _, rest = match.group(0).partition("://")
+    cut = min([i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0], default=len(rest))
+    authority, tail = rest[:cut], rest[cut:]
+    if "@" in authority:
+        authority = "***@" + authority.rpartition("@")[2]
+    path, question, query = tail.partition("?")
+    if question:
+        query = re.sub(r"=[^&#]*", "=***", query)
+    return f"{scheme}://{authority}{path}{question}{query}"
+
+
 def fetch(url: str, cache=None, cache_bytes=None, storage_options=None, retry=None, whole=False) -> str:
     """The local folder of the pack at ``url``, in ``cache``: fetched now unless it is there,
     whole, or (unless ``whole``) as an exact folder (``exact.py``) when the store is
@@ -89,7 +116,7 @@ def fetch(url: str, cache=None, cache_bytes=None, storage_options=None, retry=No
     try:
         import fsspec
     except ImportError:
-        raise ImportError(f"reading a pack from {url} needs fsspec (and aiohttp for http(s), s3fs for s3): pip "
+        raise ImportError(f"reading a pack from {redact(url)} needs fsspec (and aiohttp for http(s), s3fs for s3): pip "
                           f"install 'onemodel-cy[remote]'") from None
     cache, limit = _cache.checked(cache, cache_bytes)
     if storage_options is not None and not (isinstance(storage_options, Mapping)
@@ -105,7 +132,8 @@ def fetch(url: str, cache=None, cache_bytes=None, storage_options=None, retry=No
     try:
         # One coroutine on fsspec's loop: the files of a pack (and the shards' manifests) are
         # asked for together, so a distant store costs a few round trips, not one per file.
-        return sync(loop_of(fs), copy, fs, root.rstrip("/"), url, cache, partial, limit, policy,
+        # `url` from here on is what messages show: the requests go to `root`.
+        return sync(loop_of(fs), copy, fs, root.rstrip("/"), redact(url), cache, partial, limit, policy,
                     not whole and getattr(fs, "async_impl", False))
     finally:
         shutil.rmtree(partial, ignore_errors=True)
@@ -179,17 +207,18 @@ async def fetch_header(fs, remote: str, url: str, path: str, size: int, retry: R
 
 
 async def fetch_manifest(fs, root: str, url: str, folder: str, retry: Retry) -> tuple[dict, str]:
-    """The manifest at ``root`` written into ``folder`` and checked by the reader's own rules."""
+    """The manifest at ``root``, read up to ``MANIFEST_BYTES`` and one more, checked by the
+    reader's own rules (``parse_manifest``: every name it gives, every size), then written
+    into ``folder``."""
+    where = f"{url.rstrip('/')}/{MANIFEST}"
     try:
-        data = await request_async(fs, f"{root}/{MANIFEST}", f"{url.rstrip('/')}/{MANIFEST}", retry)
+        data = await request_async(fs, f"{root}/{MANIFEST}", where, retry, most=MANIFEST_BYTES)
     except FileNotFoundError:
-        raise PackError(f"{url.rstrip('/')}/{MANIFEST}: missing; {url} is not a pack") from None
+        raise PackError(f"{where}: missing; {url} is not a pack") from None
+    parsed = parse_manifest(data, where)
     with open(os.path.join(folder, MANIFEST), "wb") as f:
         f.write(data)
-    try:
-        return open_manifest(folder)
-    except PackError as error:
-        raise PackError(f"{url}: {error}") from None
+    return parsed
 
 
 async def listed_files(fs, root: str, url: str, partial: str, manifest: dict, retry: Retry) -> list:
@@ -238,10 +267,11 @@ async def fetch_file(fs, remote: str, url: str, path: str, size: int, sha256: st
 
 def check_range(url: str, block: bytes, start: int, end: int) -> None:
     """A store that ignores byte ranges answers a range with more bytes than asked for (the
-    whole file): refused, not retried (every request would bring the whole file again)."""
+    whole file): refused, not retried (every request would bring the whole file again).
+    ``read`` read at most one byte more than asked for: the rest was never read."""
     if len(block) > end - start:
-        raise PackError(f"{url}: answered {len(block)} bytes to a request for bytes {start}-{end - 1}; the "
-                        f"server must serve byte ranges (HTTP Range requests)")
+        raise PackError(f"{url}: answered more than the {end - start} bytes of a request for bytes "
+                        f"{start}-{end - 1}; the server must serve byte ranges (HTTP Range requests)")
 
 
 def loop_of(fs):
@@ -252,23 +282,31 @@ def loop_of(fs):
     return fs.loop if getattr(fs, "async_impl", False) else get_loop()
 
 
-async def request_async(fs, remote: str, url: str, retry: Retry, start=None, end=None, least=0) -> bytes:
-    """Bytes ``start`` to ``end`` (excluded) of ``remote`` (all of it when both are None),
-    at least ``least`` of them: each try cut after ``retry.timeout`` seconds, the waits
-    between tries as ``pause`` says. A missing file or a refusal (``FileNotFoundError``,
-    ``PermissionError``) is final: asking again changes nothing."""
+async def request_async(fs, remote: str, url: str, retry: Retry, start=None, end=None, least=0,
+                        most=None) -> bytes:
+    """Bytes ``start`` to ``end`` (excluded) of ``remote`` (all of it when both are None, up
+    to ``most`` bytes and one more), at least ``least`` of them, never more than
+    ``end - start`` (or ``most``) and one: each try cut after ``retry.timeout`` seconds, the
+    waits between tries as ``pause`` says. A missing file or a refusal
+    (``FileNotFoundError``, ``PermissionError``, an HTTP 4xx but 408 and 429) is final:
+    asking again changes nothing."""
+    most = end - start if most is None else most
     for attempt in range(1, retry.attempts + 1):
         if attempt > 1:
             await asyncio.sleep(pause(retry, attempt))
         try:
-            data = await read(fs, remote, start, end, retry.timeout)
+            data = await read(fs, remote, start, end, retry.timeout, most)
         except (FileNotFoundError, PermissionError):
             raise
         except Exception as error:     # what a store's client raises differs by protocol (aiohttp, botocore, ...)
             if isinstance(error, (TimeoutError, asyncio.TimeoutError)):
                 problem = f"no complete answer within {retry.timeout} s (timeout)"
             else:
-                problem = f"{type(error).__name__}: {error}"
+                problem = redact(f"{type(error).__name__}: {error}")
+            status = getattr(error, "status", None)
+            if type(status) is int and 400 <= status < 500 and status not in (408, 429):
+                where = "" if start is None else f" (bytes {start}-{end - 1})"
+                raise PackError(f"{url}{where}: refused, the answer: {problem}") from None
             continue
         if len(data) >= least:
             return data
@@ -286,11 +324,46 @@ def pause(retry: Retry, attempt: int) -> float:
     return min(retry.backoff * 2 ** (attempt - 2), MAX_WAIT) * JITTER.uniform(0.5, 1.0)
 
 
-async def read(fs, remote: str, start, end, timeout: float) -> bytes:
-    """One request. fsspec's asynchronous filesystems (http(s), s3, gcs, ...) run it on fsspec's
-    event loop, where the timeout cancels it (its connection closed: no thread or socket is
-    left waiting); a synchronous filesystem is read as it is, under its own timeouts."""
+async def read(fs, remote: str, start, end, timeout: float, most: int) -> bytes:
+    """One request, of at most ``most`` bytes and one more. fsspec's asynchronous
+    filesystems (http(s), s3, gcs, ...) run it on fsspec's event loop, where the timeout
+    cancels it (its connection closed: no thread or socket is left waiting); a synchronous
+    filesystem is read as it is, under its own timeouts. An http(s) answer is read from its
+    stream, ``most`` bytes and one at most (``read_http``); any other store is asked for
+    those bytes only (a range starting at ``start``, or at 0)."""
+    if getattr(fs, "async_impl", False) and is_http(fs):
+        return await asyncio.wait_for(read_http(fs, remote, start, end, most), timeout)
+    if start is None:
+        start, end = 0, most + 1
     if getattr(fs, "async_impl", False):
         return await asyncio.wait_for(fs._cat_file(remote, start=start, end=end), timeout)
     return fs.cat_file(remote, start=start, end=end)
 
+
+def is_http(fs) -> bool:
+    protocol = getattr(fs, "protocol", ())
+    return any(p in ("http", "https") for p in ((protocol,) if isinstance(protocol, str) else protocol))
+
+
+async def read_http(fs, url: str, start, end, most: int) -> bytes:
+    """Bytes ``start`` to ``end`` (excluded) of ``url`` (the whole file when both are None)
+    through ``fs``'s session (its options and headers, as fsspec's own ``_cat_file`` asks),
+    read from the answer's stream until ``most`` bytes and one have come: a server that
+    ignores ``Range`` sends the whole file, of which no more is read (the connection is
+    closed, not reused)."""
+    options = dict(fs.kwargs)
+    headers = dict(options.pop("headers", None) or {})
+    if start is not None:
+        headers["Range"] = f"bytes={start}-{end - 1}"
+    session = await fs.set_session()
+    async with session.get(fs.encode_url(url), headers=headers, **options) as answer:
+        if answer.status >= 400:
+            fs._raise_not_found_for_status(answer, url)
+        parts, got = [], 0
+        while got <= most:
+            part = await answer.content.read(most + 1 - got)
+            if not part:
+                break
+            parts.append(part)
+            got += len(part)
+    return b"".join(parts)

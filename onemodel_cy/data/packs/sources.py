@@ -18,7 +18,7 @@ import os
 import numpy as np
 
 from onemodel_cy.data.packs.format import INT32_END, PackError
-from onemodel_cy.data.vocabulary import symbols_of
+from onemodel_cy.data.vocabulary import are_symbols, symbols_of
 
 MODES = ("L", "RGB")
 
@@ -73,7 +73,7 @@ def symbol_table(vocabulary, texts) -> list:
     if isinstance(vocabulary, str):
         vocabulary = list(vocabulary)
     symbols = symbols_of(vocabulary)
-    if any(not isinstance(s, str) or len(s) != 1 for s in symbols) or len(set(symbols)) != len(symbols):
+    if not are_symbols(symbols):
         raise ValueError(f"vocabulary must be distinct one-character strings, received {vocabulary!r}")
     return symbols
 
