@@ -88,6 +88,32 @@ def test_each_operation_equals_the_contract(name, data, image, seed):
     check(op, description, image, seed)
 
 
+WARPS = [("affine", 45.0, 1.0, (1 / 16, 4.0), 8.0), ("affine", 2.0, 0.3, (0.9, 1.05), 1.5),
+         ("perspective", 0.5), ("perspective", 0.08), ("elastic", (0.0, 8.0), 1), ("elastic", (1.0, 2.5), 3),
+         ("elastic", (0.0, 64.0), 8)]
+
+
+@pytest.mark.parametrize("width", [1, 3, 4, 5, 63, 64, 65, 131, 300])
+@pytest.mark.parametrize("height", [1, 2, 32])
+def test_the_warps_at_every_row_position_and_border(width, height):
+    """The geometric kernels (src/warp.h) take a row in chunks of 64 pixels and those in
+    groups of 4, with a fast path where all four pixels have their neighbours inside the
+    plane, and elastic's columns in runs of one cell: widths around those sizes, heights
+    1, 2 and 32, both borders, pixels of any size (an overflowing difference of neighbours
+    included), against the contract. The images of the Hypothesis tests are at most 40
+    pixels wide."""
+    rng = np.random.default_rng(width * 1000 + height)
+    image = (rng.normal(size=(2, height, width)) * 3).astype(np.float32)
+    image[rng.random(image.shape) < 0.05] = np.float32(3e38)
+    image[rng.random(image.shape) < 0.05] = np.float32(-3e38)
+    for k, warp in enumerate(WARPS):
+        for border in ("replicate", "constant"):
+            description = warp + (border, -1.5)
+            op = {"affine": A.Affine, "perspective": A.Perspective, "elastic": A.Elastic}[warp[0]](*description[1:])
+            with np.errstate(all="ignore"):
+                check(op, description, image, seed=k * 7919 + width)
+
+
 leaves = st.one_of(*OPERATIONS.values())
 
 

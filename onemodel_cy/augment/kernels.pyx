@@ -11,7 +11,7 @@ from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy, memset
 
 from onemodel_cy.core.typedefs cimport u64, u32
-from onemodel_cy.core.rng cimport draw_u64, draw_single
+from onemodel_cy.core.rng cimport draw_u64, draw_single, fmix64, GOLDEN_GAMMA
 
 cdef extern from *:
     """
@@ -20,6 +20,15 @@ cdef extern from *:
     static inline float om_f32_bits(uint32_t bits) { float f; memcpy(&f, &bits, 4); return f; }
     """
     float f32_bits "om_f32_bits"(u32 bits) noexcept nogil
+
+cdef extern from "warp.h" nogil:
+    void om_affine_plane(const float* src, Py_ssize_t h, Py_ssize_t w, float* dst, Py_ssize_t oh, Py_ssize_t ow,
+                         const float* m, float shift, int constant, float fill)
+    void om_perspective_plane(const float* src, Py_ssize_t h, Py_ssize_t w, float* dst, const float* k,
+                              int constant, float fill)
+    void om_elastic(const float* src, Py_ssize_t c, Py_ssize_t h, Py_ssize_t w, float* dst, const float* nodes,
+                    Py_ssize_t nx, const int* column_node, const float* column_fraction, const int* row_node,
+                    const float* row_fraction, int constant, float fill)
 
 # The contract's constants, by their float32 bits.
 cdef float INV_2 = f32_bits(0x3f000000)           # 1/2
@@ -81,27 +90,24 @@ cdef float cos_small(float x) noexcept nogil:
     return q
 
 
-cdef float fast_normal(u64* state) noexcept nogil:
-    """One draw: its four 16-bit parts summed (an integer), centred and scaled to unit sd."""
-    cdef u64 u = draw_u64(state)
-    cdef u64 total = (u & 0xFFFF) + ((u >> 16) & 0xFFFF) + ((u >> 32) & 0xFFFF) + (u >> 48)
+cdef inline float normal_of(u64 u) noexcept nogil:
+    """One draw's normal: its four 16-bit parts summed (an integer), centred and scaled to
+    unit sd. The sum (< 2^18) goes to float through int: the same exact value as from u64,
+    without the unsigned conversion's branch."""
+    cdef int total = <int>((u & 0xFFFF) + ((u >> 16) & 0xFFFF) + ((u >> 32) & 0xFFFF) + (u >> 48))
     cdef float centre = 131070.0
     return (<float>total - centre) * NORMAL_SCALE
+
+
+cdef float fast_normal(u64* state) noexcept nogil:
+    """The contract's normal(): one draw."""
+    return normal_of(draw_u64(state))
 
 
 # ---- sampling -------------------------------------------------------------------------------
 
 cdef inline Py_ssize_t clamp_index(Py_ssize_t i, Py_ssize_t n) noexcept nogil:
     return 0 if i < 0 else (n - 1 if i >= n else i)
-
-
-cdef inline float pixel(const float* plane, Py_ssize_t h, Py_ssize_t w, Py_ssize_t x, Py_ssize_t y,
-                        int border, float fill) noexcept nogil:
-    if border == 1:      # BORDER_CONSTANT
-        if x < 0 or x >= w or y < 0 or y >= h:
-            return fill
-        return plane[y * w + x]
-    return plane[clamp_index(y, h) * w + clamp_index(x, w)]
 
 
 cdef inline float floor_exact(float s) noexcept nogil:
@@ -121,29 +127,6 @@ cdef inline float clamp_coordinate(float s, Py_ssize_t n) noexcept nogil:
     if s > high:
         return high
     return s
-
-
-cdef inline float bilinear(const float* plane, Py_ssize_t h, Py_ssize_t w, float sx, float sy, int border,
-                           float fill) noexcept nogil:
-    """The value at source coordinates (sx, sy), pixel k's centre at k."""
-    sx = clamp_coordinate(sx, w)
-    sy = clamp_coordinate(sy, h)
-    cdef float x0f = floor_exact(sx), y0f = floor_exact(sy)
-    cdef float fx = sx - x0f, fy = sy - y0f
-    cdef Py_ssize_t x0 = <Py_ssize_t>x0f, y0 = <Py_ssize_t>y0f
-    cdef float p00, p01, p10, p11
-    cdef const float* at
-    if 0 <= x0 < w - 1 and 0 <= y0 < h - 1:     # all four inside: no border rule to apply
-        at = plane + y0 * w + x0
-        p00, p01, p10, p11 = at[0], at[1], at[w], at[w + 1]
-    else:
-        p00 = pixel(plane, h, w, x0, y0, border, fill)
-        p01 = pixel(plane, h, w, x0 + 1, y0, border, fill)
-        p10 = pixel(plane, h, w, x0, y0 + 1, border, fill)
-        p11 = pixel(plane, h, w, x0 + 1, y0 + 1, border, fill)
-    cdef float top = p00 + fx * (p01 - p00)
-    cdef float bottom = p10 + fx * (p11 - p10)
-    return top + fy * (bottom - top)
 
 
 # ---- geometric ------------------------------------------------------------------------------
@@ -209,92 +192,62 @@ cdef void resize(const Step* st, const float* src, float* dst, float* tmp) noexc
 
 cdef void affine(const Step* st, const float* src, float* dst) noexcept nogil:
     """Each output pixel's centre, relative to the output's centre and less the shift,
-    through the inverse matrix, plus the input's centre: bilinear there."""
-    cdef float half = 0.5
-    cdef float i00 = st.v[0], i01 = st.v[1], i10 = st.v[2], i11 = st.v[3], shift = st.v[4]
-    cdef float out_cx = <float>st.ow * half, out_cy = <float>st.oh * half
-    cdef float in_cx = <float>st.w * half, in_cy = <float>st.h * half
-    cdef Py_ssize_t ch, x, y, h = st.h, w = st.w, ow = st.ow
-    cdef float dx, dy, sx, sy, ry0, ry1
+    through the inverse matrix, plus the input's centre: bilinear there (src/warp.h)."""
+    cdef Py_ssize_t ch, h = st.h, w = st.w, oh = st.oh, ow = st.ow
     for ch in range(st.c):
-        for y in range(st.oh):
-            dy = ((<float>y + half) - out_cy) - shift
-            ry0 = i01 * dy
-            ry1 = i11 * dy
-            for x in range(ow):
-                dx = (<float>x + half) - out_cx
-                sx = ((i00 * dx + ry0) + in_cx) - half
-                sy = ((i10 * dx + ry1) + in_cy) - half
-                dst[(ch * st.oh + y) * ow + x] = bilinear(src + ch * h * w, h, w, sx, sy, st.border, st.fill)
+        om_affine_plane(src + ch * h * w, h, w, dst + ch * oh * ow, oh, ow, st.v, st.v[4],
+                        st.border == BORDER_CONSTANT, st.fill)
 
 
 cdef void perspective(const Step* st, const float* src, float* dst) noexcept nogil:
     """Output pixel centre (u, v) in the unit square, mapped to the source quad:
-    X = (a u + b v + c) / (g u + h v + 1), Y = (d u + e v + f) / (g u + h v + 1)."""
-    cdef float half = 0.5, one = 1.0
-    cdef float a = st.v[0], b = st.v[1], c = st.v[2], d = st.v[3]
-    cdef float e = st.v[4], f = st.v[5], g = st.v[6], hh = st.v[7]
-    cdef float inv_w = one / <float>st.ow, inv_h = one / <float>st.oh
-    cdef Py_ssize_t ch, x, y, h = st.h, w = st.w, ow = st.ow
-    cdef float u, v, den, sx, sy
+    X = (a u + b v + c) / (g u + h v + 1), Y = (d u + e v + f) / (g u + h v + 1) (src/warp.h)."""
+    cdef Py_ssize_t ch, h = st.h, w = st.w
     for ch in range(st.c):
-        for y in range(st.oh):
-            v = (<float>y + half) * inv_h
-            for x in range(ow):
-                u = (<float>x + half) * inv_w
-                den = (g * u + hh * v) + one
-                sx = ((a * u + b * v) + c) / den - half
-                sy = ((d * u + e * v) + f) / den - half
-                dst[(ch * st.oh + y) * ow + x] = bilinear(src + ch * h * w, h, w, sx, sy, st.border, st.fill)
+        om_perspective_plane(src + ch * h * w, h, w, dst + ch * h * w, st.v, st.border == BORDER_CONSTANT,
+                             st.fill)
 
 
 cdef int elastic(const Step* st, const float* src, float* dst) noexcept nogil:
     """A grid of nodes every `cell` pixels, each moved by (U(-m, m), U(-m, m)) drawn row by
-    row; a pixel's displacement is the bilinear blend of its cell's four nodes."""
+    row; a pixel's displacement is the bilinear blend of its cell's four nodes (src/warp.h)."""
     cdef Py_ssize_t cell = st.ia, nx = st.w // cell + 2, ny = st.h // cell + 2, h = st.h, w = st.w
-    # The nodes (dx, dy interleaved), then each column's node index and fraction.
-    cdef float* nodes = <float*>malloc((nx * ny * 2 + 2 * w) * sizeof(float))
+    # The nodes (dx, dy interleaved), then each column's and row's fraction; then each
+    # column's and row's node index.
+    cdef float* nodes = <float*>malloc((nx * ny * 2 + w + h) * sizeof(float))
     if nodes == NULL:
         return -1
     cdef float* column_fraction = nodes + nx * ny * 2
-    cdef Py_ssize_t* column_node = <Py_ssize_t*>malloc(w * sizeof(Py_ssize_t))
+    cdef float* row_fraction = column_fraction + w
+    cdef int* column_node = <int*>malloc((w + h) * sizeof(int))
     if column_node == NULL:
         free(nodes)
         return -1
+    cdef int* row_node = column_node + w
     cdef u64 state = st.state
-    cdef float m = st.v[0], span = st.v[0] + st.v[0], half = 0.5
-    cdef Py_ssize_t k, ch, x, y, i, j
+    cdef float m = st.v[0], span = st.v[0] + st.v[0]
+    cdef Py_ssize_t k
     for k in range(nx * ny * 2):
         nodes[k] = -m + span * draw_single(&state)
-    cdef float inv_cell = <float>1.0 / <float>cell
-    cdef float t, fx, fy, top, bottom, dx, dy
-    for x in range(w):
-        t = (<float>x + half) * inv_cell
-        i = min(<Py_ssize_t>floor_exact(t), nx - 2)
-        column_node[x] = i
-        column_fraction[x] = t - <float>i
-    cdef const float* n0
-    cdef const float* n1
-    for y in range(h):
-        t = (<float>y + half) * inv_cell
-        j = min(<Py_ssize_t>floor_exact(t), ny - 2)
-        fy = t - <float>j
-        for x in range(w):
-            fx = column_fraction[x]
-            n0 = nodes + 2 * (j * nx + column_node[x])
-            n1 = n0 + 2 * nx
-            top = n0[0] + fx * (n0[2] - n0[0])
-            bottom = n1[0] + fx * (n1[2] - n1[0])
-            dx = top + fy * (bottom - top)
-            top = n0[1] + fx * (n0[3] - n0[1])
-            bottom = n1[1] + fx * (n1[3] - n1[1])
-            dy = top + fy * (bottom - top)
-            for ch in range(st.c):
-                dst[(ch * h + y) * w + x] = bilinear(src + ch * h * w, h, w, <float>x + dx, <float>y + dy,
-                                                     st.border, st.fill)
+    node_fractions(w, cell, nx, column_node, column_fraction)
+    node_fractions(h, cell, ny, row_node, row_fraction)
+    om_elastic(src, st.c, h, w, dst, nodes, nx, column_node, column_fraction, row_node, row_fraction,
+               st.border == BORDER_CONSTANT, st.fill)
     free(column_node)
     free(nodes)
     return 0
+
+
+cdef void node_fractions(Py_ssize_t n, Py_ssize_t cell, Py_ssize_t nodes, int* index, float* fraction) noexcept nogil:
+    """Pixel k's cell along one axis: t = (f32(k) + 0.5) * (1/f32(cell)), i = min(floor(t),
+    nodes - 2), its fraction t - i."""
+    cdef float half = 0.5, inv_cell = <float>1.0 / <float>cell, t
+    cdef Py_ssize_t k, i
+    for k in range(n):
+        t = (<float>k + half) * inv_cell
+        i = min(<Py_ssize_t>floor_exact(t), nodes - 2)
+        index[k] = <int>i
+        fraction[k] = t - <float>i
 
 
 # ---- morphology and blur --------------------------------------------------------------------
@@ -408,15 +361,18 @@ cdef void photometric(const Step* st, const float* src, float* dst) noexcept nog
     cdef Py_ssize_t i, n = st.c * st.h * st.w
     cdef float a = st.v[0], b = st.v[1], c = st.v[2], u, half_amount = st.v[0] * <float>0.5
     cdef u64 state = st.state
+    # The noise loops draw inline (draw_u64's steps): the calls were a third of their time.
     if st.kind == K_GAIN_OFFSET:
         for i in range(n):
             dst[i] = src[i] * a + b
     elif st.kind == K_NOISE:
         for i in range(n):
-            dst[i] = src[i] + a * fast_normal(&state)
+            state += GOLDEN_GAMMA
+            dst[i] = src[i] + a * normal_of(fmix64(state))
     elif st.kind == K_SPECKLE:
         for i in range(n):
-            dst[i] = src[i] + src[i] * (a * fast_normal(&state))
+            state += GOLDEN_GAMMA
+            dst[i] = src[i] + src[i] * (a * normal_of(fmix64(state)))
     elif st.kind == K_IMPULSE:
         for i in range(n):
             u = draw_single(&state)
