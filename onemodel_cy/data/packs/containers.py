@@ -328,6 +328,10 @@ class WebDatasetSource(Container):
         for index, path in enumerate(files_of(self.path, ".tar", "WebDataset")):
             for key, members, tar in self.groups(path):
                 where = self.where((len(entries), key), path)
+                try:
+                    key.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise PackError(f"{where}: the file names are not UTF-8; a pack's keys are text") from None
                 text = members.get(self.text_extension)
                 if text is None:
                     raise PackError(f"{where}: no .{self.text_extension} file (the record has "
