@@ -123,6 +123,15 @@ class LmdbSource(Container):
         return env
 
     def records(self) -> list:
+        lmdb = needs("lmdb", "lmdb", "an LMDB")
+        entries = []
+        try:
+            return self.read_records(entries)
+        except lmdb.Error as error:         # a damaged page: LMDB's own check (MDB_CORRUPTED, ...)
+            raise PackError(f"{self.where((len(entries), self.image_key % (self.first + len(entries))))}: "
+                            f"unreadable ({type(error).__name__}: {error})") from None
+
+    def read_records(self, entries) -> list:
         env = self.open()
         try:
             with env.begin(buffers=True) as txn:
@@ -135,7 +144,6 @@ class LmdbSource(Container):
                 except (UnicodeDecodeError, ValueError):
                     raise PackError(f"{self.path}: {self.count_key!r} holds {bytes(raw)[:40]!r}, not a "
                                     f"number") from None
-                entries = []
                 for position in range(count):
                     i = self.first + position
                     image, label = self.image_key % i, self.label_key % i
