@@ -21,6 +21,7 @@ from onemodel_cy.data.image import gray8_to_planar, rgb8_to_planar
 from onemodel_cy.data.packs.reader import PackedImageDataset
 from onemodel_cy.data.packs.writer import PackError, PackReport, pack
 from onemodel_cy.data.packs.sharded import pack_sharded
+from onemodel_cy.data.packs.containers import LmdbSource, ParquetSource, WebDatasetSource
 from onemodel_cy.loader import DataLoader, threads_available
 from onemodel_cy.profile import LoaderProfile
 from onemodel_cy.stream import BatchStream
@@ -39,5 +40,6 @@ __all__ = [
     "BufferPool", "ImageBatchCollator", "ImageBatch", "Augmentation", "GainOffset", "GaussianNoise",
     "gray8_to_planar", "rgb8_to_planar",
     "PackedImageDataset", "pack", "pack_sharded", "PackReport", "PackError",
+    "LmdbSource", "ParquetSource", "WebDatasetSource",
     "DataLoader", "BatchStream", "LoaderProfile", "StuckWorkerWarning", "threads_available",
 ]

@@ -34,6 +34,9 @@ from onemodel_cy.data.packs.writer import PackError as PackError
 from onemodel_cy.data.packs.writer import PackReport as PackReport
 from onemodel_cy.data.packs.writer import pack as pack
 from onemodel_cy.data.packs.sharded import pack_sharded as pack_sharded
+from onemodel_cy.data.packs.containers import LmdbSource as LmdbSource
+from onemodel_cy.data.packs.containers import ParquetSource as ParquetSource
+from onemodel_cy.data.packs.containers import WebDatasetSource as WebDatasetSource
 
 # The named streams of §2 and of this package (docs/contract.md).
 STREAM_TRANSFORM: int

@@ -320,11 +320,29 @@ def _bench(argv) -> int:
 
 
 def add_pack_parser(commands) -> None:
-    pack = commands.add_parser("pack", help="decode a folder of line images once into a pack "
-                                            "(docs/packed-format.md) for PackedImageDataset")
-    pack.add_argument("folder", help="the folder of image files")
+    pack = commands.add_parser("pack", help="decode line images (a folder, an LMDB, Parquet files, WebDataset "
+                                            "tars) once into a pack (docs/packed-format.md) for PackedImageDataset")
+    pack.add_argument("source", metavar="SOURCE",
+                      help="the folder of image files, or with --from: the LMDB (its folder), the Parquet file "
+                           "(or a folder of them), the WebDataset tar (or a folder of them)")
     pack.add_argument("out", help="the pack's folder (must not exist unless --overwrite)")
-    pack.add_argument("--labels", required=True, help="UTF-8 file of 'file name<TAB>text' lines")
+    pack.add_argument("--from", dest="source_format", choices=("folder", *CONTAINER_OPTIONS), default="folder",
+                      help="what SOURCE is (default: folder, with --labels)")
+    pack.add_argument("--labels", help="with --from folder: UTF-8 file of 'file name<TAB>text' lines")
+    source = pack.add_argument_group("container layouts (defaults: deep-text-recognition-benchmark's LMDB, "
+                                     "Hugging Face Parquet, WebDataset)")
+    source.add_argument("--image-key", help="lmdb: the image keys, a %%d pattern of the record number "
+                                            "(default image-%%09d)")
+    source.add_argument("--label-key", help="lmdb: the text keys (default label-%%09d)")
+    source.add_argument("--count-key", help="lmdb: the key of the number of records (default num-samples)")
+    source.add_argument("--first", type=int, help="lmdb: the number of the first record (default 1)")
+    source.add_argument("--image-column", help="parquet: the column of encoded images, bytes or "
+                                               "{bytes, path} (default image)")
+    source.add_argument("--text-column", help="parquet: the column of texts (default text)")
+    source.add_argument("--key-column", help="parquet: a string column of keys (default: the row number)")
+    source.add_argument("--image-ext", help="webdataset: the image extensions, comma-separated, the first "
+                                            "present taken (default png,jpg,jpeg)")
+    source.add_argument("--text-ext", help="webdataset: the text's extension (default txt)")
     pack.add_argument("--height", type=int, default=32, help="resize every image to this height (default 32)")
     pack.add_argument("--mode", choices=("L", "RGB"), default="L", help="8-bit grey (L) or RGB pixels")
     ids = pack.add_mutually_exclusive_group()
@@ -336,7 +354,7 @@ def add_pack_parser(commands) -> None:
                           "(train and test packs)")
     pack.add_argument("--workers", type=int, default=None, help="decoding threads (default: CPUs)")
     pack.add_argument("--shards", type=int, default=None, metavar="N",
-                      help="write a sharded pack of N shards, one per partition of the labels file's lines "
+                      help="write a sharded pack of N shards, one per partition of the source's records "
                            "(default: a plain pack)")
     pack.add_argument("--engine", choices=("local", "dask"), default="local",
                       help="where the shard tasks run: one after another here (local), or on Dask (the "
@@ -346,7 +364,7 @@ def add_pack_parser(commands) -> None:
                            "threads of each task (default 1)")
     pack.add_argument("--scheduler", metavar="ADDRESS", default=None,
                       help="run the shard tasks on the Dask cluster of this scheduler (tcp://host:port); its workers "
-                           "must see FOLDER and OUT at the same paths")
+                           "must see SOURCE and OUT at the same paths")
     pack.add_argument("--overwrite", action="store_true", help="replace OUT once the new pack is complete")
     pack.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -361,12 +379,9 @@ def _pack(args) -> int:
     from onemodel_cy.data.packs.format import INT32_END
     from onemodel_cy.data.packs.sharded import pack_sharded
     # What the command line names is checked first (status 2); what is in the files, while packing (1).
-    if not os.path.isdir(args.folder):
-        return user_error(f"{args.folder}: {'not a folder' if os.path.exists(args.folder) else 'no such folder'} "
-                          f"(FOLDER is the folder of image files)", USAGE)
-    if not os.path.isfile(args.labels):
-        return user_error(f"{args.labels}: {'not a file' if os.path.exists(args.labels) else 'no such file'} "
-                          f"(--labels is a UTF-8 file of 'file name<TAB>text' lines)", USAGE)
+    source = _source_argument(args)
+    if isinstance(source, int):
+        return source
     if os.path.lexists(args.out) and not args.overwrite:
         return user_error(f"{args.out}: already exists (pass --overwrite to replace it)", USAGE)
     if not 1 <= args.height < INT32_END:
@@ -384,9 +399,9 @@ def _pack(args) -> int:
         common = dict(labels=args.labels, height=args.height, mode=args.mode, vocabulary=vocabulary,
                       workers=args.workers, progress=not args.no_progress, overwrite=args.overwrite)
         if args.shards is None:
-            report = pack(args.folder, args.out, **common)
+            report = pack(source, args.out, **common)
         else:
-            report = pack_sharded(args.folder, args.out, shards=args.shards, engine=engine,
+            report = pack_sharded(source, args.out, shards=args.shards, engine=engine,
                                   engine_workers=args.engine_workers, **common)
     except FileExistsError as error:        # another writer published OUT meanwhile
         return user_error(error, USAGE)
@@ -403,6 +418,50 @@ def _pack(args) -> int:
         return user_error(error, DATA)
     print(report.summary())
     return 0
+
+
+# ``pack --from``: each container's options, as the command line and the class name them.
+CONTAINER_OPTIONS = {"lmdb": ("image_key", "label_key", "count_key", "first"),
+                     "parquet": ("image_column", "text_column", "key_column"),
+                     "webdataset": ("image_ext", "text_ext")}
+
+
+def _source_argument(args):
+    """``pack``'s source for SOURCE and ``--from`` (the folder's path, or a container), or
+    the exit status of a one-line error about them."""
+    given = {name for names in CONTAINER_OPTIONS.values() for name in names if getattr(args, name) is not None}
+    if args.source_format == "folder":
+        if given:
+            return user_error(f"--{sorted(given)[0].replace('_', '-')} is an option of --from "
+                              f"{next(f for f, names in CONTAINER_OPTIONS.items() if sorted(given)[0] in names)}",
+                              USAGE)
+        if not os.path.isdir(args.source):
+            return user_error(f"{args.source}: {'not a folder' if os.path.exists(args.source) else 'no such folder'}"
+                              f" (SOURCE is the folder of image files)", USAGE)
+        if args.labels is None:
+            return user_error("--labels is required with a folder of images (--from folder)", USAGE)
+        if not os.path.isfile(args.labels):
+            return user_error(f"{args.labels}: {'not a file' if os.path.exists(args.labels) else 'no such file'} "
+                              f"(--labels is a UTF-8 file of 'file name<TAB>text' lines)", USAGE)
+        return args.source
+    from onemodel_cy.data.packs.containers import FORMATS
+    if args.labels is not None:
+        return user_error(f"--labels is the labels file of a folder; --from {args.source_format} holds its texts",
+                          USAGE)
+    other = sorted(given - set(CONTAINER_OPTIONS[args.source_format]))
+    if other:
+        return user_error(f"--{other[0].replace('_', '-')} is not an option of --from {args.source_format}", USAGE)
+    if not os.path.exists(args.source):
+        return user_error(f"{args.source}: no such file or folder (SOURCE, --from {args.source_format})", USAGE)
+    options = {name: getattr(args, name) for name in given}
+    if "image_ext" in options:
+        options["image_extensions"] = tuple(e.strip() for e in options.pop("image_ext").split(","))
+    if "text_ext" in options:
+        options["text_extension"] = options.pop("text_ext")
+    try:
+        return FORMATS[args.source_format](args.source, **options)
+    except ValueError as error:
+        return user_error(error, USAGE)
 
 
 def _engine_argument(args):

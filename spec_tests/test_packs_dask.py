@@ -185,3 +185,30 @@ def test_cli_packs_on_dask_on_its_own_cluster_and_on_a_scheduler(client, folder,
     for name in ("own", "theirs"):
         assert_same_as(plain.path, str(tmp_path / name), (0.5, 0.25))
     assert published(tmp_path) == ["own", "plain", "theirs"]
+
+
+def test_a_container_on_dask_equals_the_local_engine(client, tmp_path):
+    """A container (here an LMDB written by lmdb) goes to the Dask workers as its path and
+    options; each task reads its partition's records: the sharded pack is byte for byte
+    the local engine's."""
+    import lmdb
+    from PIL import Image
+    import io
+    env = lmdb.open(str(tmp_path / "lines.lmdb"), map_size=1 << 24)
+    with env.begin(write=True) as txn:
+        for i in range(1, 8):
+            buffer = io.BytesIO()
+            Image.new("L", (10 + 3 * i, 8 + i % 3), 40 * i % 256).save(buffer, "PNG")
+            txn.put(b"image-%09d" % i, buffer.getvalue())
+            txn.put(b"label-%09d" % i, f"line {i}".encode())
+        txn.put(b"num-samples", b"7")
+    env.close()
+    source = om.LmdbSource(tmp_path / "lines.lmdb")
+    local = om.pack_sharded(source, str(tmp_path / "local"), shards=3, height=8, progress=False)
+    dask = om.pack_sharded(source, str(tmp_path / "dask"), shards=3, height=8, engine=client, progress=False)
+    assert (local.count, local.shards) == (dask.count, dask.shards) == (7, 3)
+    for root, _, files in os.walk(local.path):
+        for name in files:
+            mine = os.path.join(root, name)
+            with open(mine, "rb") as a, open(mine.replace(local.path, dask.path), "rb") as b:
+                assert a.read() == b.read(), mine

@@ -138,7 +138,7 @@ def test_cli_user_errors_are_one_line_naming_the_file(folder, tmp_path, capsys):
     out = str(tmp_path / "p")
     missing = str(tmp_path / "nowhere")
     assert cli_error(capsys, ["pack", missing, out, "--labels", labels]) == (
-        2, f"onemodel-cy: error: {missing}: no such folder (FOLDER is the folder of image files)\n")
+        2, f"onemodel-cy: error: {missing}: no such folder (SOURCE is the folder of image files)\n")
     status, err = cli_error(capsys, ["pack", images, out, "--labels", missing])
     assert status == 2 and f"{missing}: no such file" in err
     status, err = cli_error(capsys, ["pack", images, out, "--labels", labels, "--height", "0"])
@@ -179,7 +179,7 @@ def test_cli_error_from_the_command_line_has_no_traceback(tmp_path):
                          env=env, cwd=root)
     assert run.returncode == 2 and run.stdout == ""
     assert run.stderr == (f"onemodel-cy: error: {tmp_path / 'none'}: no such folder "
-                          f"(FOLDER is the folder of image files)\n")
+                          f"(SOURCE is the folder of image files)\n")
 
 
 def test_a_labels_line_without_a_tab_is_refused_naming_the_line(folder, tmp_path, capsys):
@@ -195,3 +195,31 @@ def test_a_labels_line_without_a_tab_is_refused_naming_the_line(folder, tmp_path
     status, err = cli_error(capsys, ["pack", images, str(tmp_path / "q"), "--labels", labels, "--no-progress"])
     assert status == 1 and "line 7: no TAB" in err
     assert not (tmp_path / "p").exists() and not (tmp_path / "q").exists()
+
+
+def test_a_labels_file_with_a_bom_and_crlf_line_ends(folder, tmp_path):
+    """Issue 38, item 4: a labels file saved by a Windows editor (a UTF-8 byte order mark,
+    CRLF line ends) packs as the same file without them. Everything else stays strict: a
+    BOM anywhere but the file's start is text (here part of a file name, which does not
+    exist), and a UTF-16 file (its BOM FF FE) is not UTF-8."""
+    images, labels = folder
+    with open(labels, "rb") as f:
+        plain = f.read()
+    windows = str(tmp_path / "windows.txt")
+    with open(windows, "wb") as f:
+        f.write(b"\xef\xbb\xbf" + plain.replace(b"\n", b"\r\n"))
+    a = om.pack(images, str(tmp_path / "a"), labels=labels, height=8, progress=False)
+    b = om.pack(images, str(tmp_path / "b"), labels=windows, height=8, progress=False)
+    assert a.count == b.count == 3 and a.skipped == b.skipped
+    for name in ("pixels", "shapes", "targets", "labels", "keys", "sample_sha256"):
+        assert (np.load(os.path.join(a.path, f"{name}.npy")).tobytes()
+                == np.load(os.path.join(b.path, f"{name}.npy")).tobytes()), name
+    with open(windows, "wb") as f:
+        f.write(b"\xef\xbb\xbfa.png\tone\r\n\xef\xbb\xbfb.png\ttwo\r\n")
+    with pytest.raises(PackError, match=r"windows\.txt, line 2: names '\\ufeffb\.png'"):
+        om.pack(images, str(tmp_path / "c"), labels=windows, progress=False)
+    with open(windows, "wb") as f:
+        f.write("a.png\tone\n".encode("utf-16"))
+    with pytest.raises(PackError, match=r"windows\.txt, line 1: not UTF-8 text \(byte 0xff at column 1\)"):
+        om.pack(images, str(tmp_path / "d"), labels=windows, progress=False)
+    assert not os.path.exists(tmp_path / "c") and not os.path.exists(tmp_path / "d")

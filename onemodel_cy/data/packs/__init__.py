@@ -3,8 +3,9 @@
 URL. Each module owns one concern:
 
 - ``format``: the on-disk format, its manifest and every check of it (plain Python);
-- ``writer``, ``sources``, ``publish``: ``pack``, the three sources it reads, and the
-  exclusive publish of a finished folder;
+- ``writer``, ``sources``, ``containers``, ``publish``: ``pack``, the sources it reads (a
+  folder, an iterable, a dataset, and the LMDB, Parquet and WebDataset containers), and
+  the exclusive publish of a finished folder;
 - ``sharded``, ``dask``: ``pack_sharded`` (one task per shard), and its tasks on Dask;
 - ``reader`` (compiled), ``pixelmap`` (compiled): ``PackedImageDataset``, and a sharded
   pack's pixel files mapped into one range;
@@ -13,6 +14,7 @@ URL. Each module owns one concern:
   exact folder fetched as the loader needs them.
 
 The public names are re-exported by ``onemodel_cy`` (``om.pack``, ``om.pack_sharded``,
-``om.PackedImageDataset``, ``om.PackError``, ``om.PackReport``); importing this package
+``om.PackedImageDataset``, ``om.PackError``, ``om.PackReport``, ``om.LmdbSource``,
+``om.ParquetSource``, ``om.WebDatasetSource``); importing this package
 loads none of its modules.
 """

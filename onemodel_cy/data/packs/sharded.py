@@ -31,7 +31,7 @@ import time
 from onemodel_cy.core.validate import note_exception
 from onemodel_cy.data.packs.format import INT32_END, SHARDED_FORMAT, VERSION, open_manifest, write_manifest
 from onemodel_cy.data.packs.publish import publish, remove_path, sync_folder
-from onemodel_cy.data.packs.writer import PackReport, _PackWriter, recorded_vocabulary, with_progress
+from onemodel_cy.data.packs.writer import PackReport, _PackWriter, is_container, recorded_vocabulary, with_progress
 from onemodel_cy.data.vocabulary import with_blank
 
 ENGINES = ("local", "dask")
@@ -42,7 +42,7 @@ class ShardJob:
     """One partition of the source, what one task packs into one shard. Pickled to an
     engine's worker: it holds the folder entries (not the images) or the dataset itself."""
     name: str                   # the shard's folder name in the pack
-    source: str                 # "folder" or "dataset", recorded in the shard's manifest
+    source: str                 # "folder", a container's format or "dataset", recorded in the shard's manifest
     vocabulary: list | None     # fixed by the plan, the same in every shard
     start: int                  # the partition: items start .. stop - 1 of the plan
     stop: int
@@ -52,19 +52,23 @@ class ShardJob:
     mode: str = "L"
     threads: int = 1
     dataset: object = None      # a dataset: the whole dataset (its items start .. stop - 1 packed)
+    container: object = None    # a container (containers.py): its paths and options, its records in entries
 
     def samples(self):
         """``(stream of checked samples, skipped list)`` of this partition, as ``pack`` reads them."""
-        if self.source == "folder":
+        if self.entries is not None:
             from onemodel_cy.data.packs.sources import decoded
             skipped = []
-            return decoded(self.entries, self.ids, self.height, self.mode, self.threads, skipped), skipped
+            return decoded(self.entries, self.ids, self.height, self.mode, self.threads, skipped,
+                           self.container), skipped
         from onemodel_cy.data.packs.sources import dataset_samples
         return dataset_samples(self.dataset, self.start, self.stop)
 
     def describe(self) -> str:
         if self.source == "folder":
             return f"labels lines {self.entries[0][0] + 1}..{self.entries[-1][0] + 1}"
+        if self.entries is not None:
+            return f"records {self.entries[0][0]}..{self.entries[-1][0]} of {self.container!r}"
         return f"dataset indices {self.start}..{self.stop - 1}"
 
 
@@ -93,25 +97,34 @@ def write_shard(folder: str, job: ShardJob) -> dict:
 def plan(source, shards, *, labels, height, mode, vocabulary, workers, engine):
     """``(jobs, skipped, vocabulary, source name)``: the source cut into ``shards`` contiguous
     partitions, ``shards`` at most the number of items to pack."""
-    if isinstance(source, (str, os.PathLike)):
-        if labels is None:
+    container = is_container(source)
+    if container or isinstance(source, (str, os.PathLike)):
+        from onemodel_cy.data.packs.sources import container_plan, decode_threads, folder_plan
+        if container:
+            if labels is not None:
+                raise TypeError(f"labels= is a folder's labels file; {source!r} holds its texts")
+            entries, ids, symbols, skipped = container_plan(source, height, mode, vocabulary)
+            name = source.format
+        elif labels is None:
             raise TypeError("packing a folder needs labels= (a file of 'name<TAB>text' lines)")
-        from onemodel_cy.data.packs.sources import decode_threads, folder_plan
-        entries, ids, symbols, skipped = folder_plan(source, labels, height, mode, vocabulary)
+        else:
+            entries, ids, symbols, skipped = folder_plan(source, labels, height, mode, vocabulary)
+            name = "folder"
         # On an engine its workers are the parallelism: one decoding thread per task by default.
         threads = decode_threads(workers, default=1 if engine != "local" else None)
-        common = dict(source="folder", vocabulary=symbols, ids=ids, height=height, mode=mode, threads=threads)
+        common = dict(source=name, vocabulary=symbols, ids=ids, height=height, mode=mode, threads=threads,
+                      container=source if container else None)
         cut = partitions(len(entries), shards)
         return ([ShardJob(shard_name(k), start=a, stop=b, entries=entries[a:b], **common)
-                 for k, (a, b) in enumerate(cut)], skipped, symbols, "folder")
+                 for k, (a, b) in enumerate(cut)], skipped, symbols, name)
     if hasattr(source, "get_sample"):
         symbols = recorded_vocabulary(vocabulary)
         cut = partitions(len(source), shards)
         return ([ShardJob(shard_name(k), "dataset", symbols, a, b, dataset=source) for k, (a, b) in enumerate(cut)],
                 [], symbols, "dataset")
-    raise TypeError(f"shards= needs a folder of images (with labels=) or a dataset (len and get_sample), whose "
-                    f"items can be cut into partitions; received {type(source).__name__} (pack writes an "
-                    f"iterable, whole)")
+    raise TypeError(f"shards= needs a folder of images (with labels=), a container or a dataset (len and "
+                    f"get_sample), whose items can be cut into partitions; received {type(source).__name__} "
+                    f"(pack writes an iterable, whole)")
 
 
 def partitions(total: int, shards: int) -> list:
@@ -165,9 +178,10 @@ def pack_sharded(source, out, *, shards, engine="local", engine_workers=None, la
 
     Parameters
     ----------
-    source : folder path or dataset
-        A folder of image files (with ``labels=``) or an object with ``get_sample(i)`` and
-        ``len`` (its items can be cut into partitions; an iterable cannot).
+    source : folder path, container or dataset
+        A folder of image files (with ``labels=``), an ``LmdbSource``, ``ParquetSource`` or
+        ``WebDatasetSource`` (partitions of its records), or an object with ``get_sample(i)``
+        and ``len`` (its items can be cut into partitions; an iterable cannot).
     shards : int
         How many shards (partitions), at least 1 and at most the items to pack.
     engine : {"local", "dask"}, a scheduler address or a dask.distributed.Client, default "local"

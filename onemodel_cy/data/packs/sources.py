@@ -1,4 +1,6 @@
-"""The pack writer's three sources, each a stream of checked ``(image, target, label, key)``.
+"""The pack writer's sources, each a stream of checked ``(image, target, label, key)``: a
+folder with a labels file, the containers of ``containers.py`` (LMDB, Parquet, WebDataset
+tars: their records decoded and fitted here, by the folder's code), an iterable, a dataset.
 
 Each returns the stream (a generator) and the list of skipped ``(item, reason)`` pairs,
 which fills while the stream is consumed. Values that cannot be packed (an image file
@@ -12,8 +14,10 @@ UTF-8, is a ``PackError`` naming its line before anything is decoded.
 from __future__ import annotations
 
 import concurrent.futures
+import io
 import operator
 import os
+import re
 
 import numpy as np
 
@@ -21,6 +25,7 @@ from onemodel_cy.data.packs.format import INT32_END, PackError
 from onemodel_cy.data.vocabulary import are_symbols, symbols_of
 
 MODES = ("L", "RGB")
+BOM = b"\xef\xbb\xbf"
 
 
 # ---------------------------------------------------------------- a folder and a labels file
@@ -51,10 +56,14 @@ def read_labels(folder: str, labels: str) -> list:
 def label_lines(labels: str):
     """``(number, text)`` per line of the file ``labels``, split as text mode splits (a
     newline, a carriage return or both end a line) but decoded line by line, so a line
-    that is not UTF-8 is named (a text-mode read reports only a byte offset in a chunk)."""
+    that is not UTF-8 is named (a text-mode read reports only a byte offset in a chunk).
+    A UTF-8 byte order mark at the very start of the file (Windows editors write one) is
+    not part of the first line; one anywhere else is text, as before."""
     number = 0
     with open(labels, "rb") as f:
         for raw in f:
+            if number == 0 and raw.startswith(BOM):
+                raw = raw[len(BOM):]
             body = raw[:-2] if raw.endswith(b"\r\n") else raw.rstrip(b"\n")
             for part in body.split(b"\r"):     # 0x0D is never inside a UTF-8 sequence
                 number += 1
@@ -78,11 +87,12 @@ def symbol_table(vocabulary, texts) -> list:
     return symbols
 
 
-def decode(path: str, height: int, mode: str):
-    """The image at ``path`` as uint8 ``[height, W]`` (L) or ``[height, W, 3]`` (RGB), its width
-    scaled by ``height / H`` and rounded half up (at least 1), resized bilinearly."""
+def decode(image, height: int, mode: str):
+    """The image ``image`` (a path, or the encoded bytes of a container's record) as uint8
+    ``[height, W]`` (L) or ``[height, W, 3]`` (RGB), its width scaled by ``height / H`` and
+    rounded half up (at least 1), resized bilinearly: every source's images are fitted here."""
     from PIL import Image
-    with Image.open(path) as image:
+    with Image.open(io.BytesIO(image) if isinstance(image, bytes) else image) as image:
         image = image.convert(mode)
         w, h = image.size
         width = max(1, (2 * w * height + h) // (2 * h))
@@ -92,11 +102,12 @@ def decode(path: str, height: int, mode: str):
 
 
 def try_decode(args):
-    path, height, mode = args
+    image, height, mode = args
     try:
-        return decode(path, height, mode), None
+        return decode(image, height, mode), None
     except Exception as error:        # Pillow raises many kinds for a bad file: each is a skip
-        return None, f"unreadable image ({type(error).__name__}: {error})"
+        said = re.sub(r"<_io\.BytesIO object at 0x[0-9a-f]+>", "its bytes", str(error))
+        return None, f"unreadable image ({type(error).__name__}: {said})"
 
 
 def folder_samples(folder, labels, height, mode, vocabulary, workers):
@@ -106,25 +117,50 @@ def folder_samples(folder, labels, height, mode, vocabulary, workers):
     return decoded(usable, ids, height, mode, threads, skipped), skipped, symbols, len(usable)
 
 
+def container_samples(container, height, mode, vocabulary, workers):
+    """The samples of a container (``containers.py``): its records read in order, their
+    images decoded in ``workers`` threads."""
+    usable, ids, symbols, skipped = container_plan(container, height, mode, vocabulary)
+    threads = decode_threads(workers)
+    return decoded(usable, ids, height, mode, threads, skipped, container), skipped, symbols, len(usable)
+
+
+def check_fit(height, mode) -> None:
+    try:
+        import PIL  # noqa: F401
+    except ImportError:
+        raise ImportError("packing image files needs Pillow: pip install pillow (in a checkout: "
+                          "pip install -e '.[pack]')") from None
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, received {mode!r}")
+    if type(height) is not int or not 1 <= height < INT32_END:
+        raise ValueError(f"height must be an integer in [1, 2**31), received {height!r}")
+
+
 def folder_plan(folder, labels, height, mode, vocabulary):
     """What packing a folder decodes, before any image is read: ``(entries, ids, symbols,
     skipped)``, the labels file's usable ``(position, name, path, text)`` entries in order,
     the symbol of each id, and the entries skipped (empty text, symbols outside the
     vocabulary). A sharded pack cuts ``entries`` into its partitions: every shard gives a
     symbol the id fixed here."""
-    try:
-        import PIL  # noqa: F401
-    except ImportError:
-        raise ImportError("packing a folder of images needs Pillow: pip install pillow (in a checkout: "
-                          "pip install -e '.[pack]')") from None
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, received {mode!r}")
-    if type(height) is not int or not 1 <= height < INT32_END:
-        raise ValueError(f"height must be an integer in [1, 2**31), received {height!r}")
+    check_fit(height, mode)
     folder, labels = os.fspath(folder), os.fspath(labels)
     if not os.path.isdir(folder):
         raise PackError(f"{folder}: not a folder of images")
-    entries = read_labels(folder, labels)
+    return text_plan(read_labels(folder, labels), vocabulary)
+
+
+def container_plan(container, height, mode, vocabulary):
+    """``folder_plan`` for a container: its ``(position, key, locator, text)`` records,
+    every text read (and checked) before any image."""
+    check_fit(height, mode)
+    return text_plan(container.records(), vocabulary)
+
+
+def text_plan(entries, vocabulary):
+    """The one rule of text, whatever the source: ``(usable entries, ids, symbols, skipped)``;
+    an empty text, or one with symbols outside the vocabulary, is skipped; the vocabulary
+    is by default every character of the non-empty texts, sorted."""
     skipped, kept = [], []
     for entry in entries:
         if not entry[3].strip():
@@ -151,14 +187,21 @@ def decode_threads(workers, default=None) -> int:
     return threads
 
 
-def decoded(entries, ids, height, mode, threads, skipped):
+def decoded(entries, ids, height, mode, threads, skipped, container=None):
+    """The samples of ``entries`` in order, decoded in ``threads`` threads. A folder's file
+    that Pillow cannot read is skipped; a container's record that it cannot read is a
+    ``PackError`` naming the record (a container is one file: a bad record is damage)."""
     chunk = 64 * threads             # bounded read-ahead: memory stays flat on a million files
+    images = None if container is None else container.images(entries)
     with concurrent.futures.ThreadPoolExecutor(threads) as pool:
         for start in range(0, len(entries), chunk):
             part = entries[start:start + chunk]
-            for (position, name, path, text), (image, error) in zip(
-                    part, pool.map(try_decode, [(e[2], height, mode) for e in part])):
+            sources = [e[2] for e in part] if images is None else [next(images) for _ in part]
+            for (position, name, source_of, text), (image, error) in zip(
+                    part, pool.map(try_decode, [(source, height, mode) for source in sources])):
                 if error is not None:
+                    if container is not None:
+                        raise PackError(f"{container.where((position, name, source_of, text))}: {error}")
                     skipped.append((name, error))
                     continue
                 yield image, np.array([ids[ch] for ch in text], dtype=np.int32), position, name.encode("utf-8")

@@ -1,7 +1,8 @@
 """The pack writer: ``onemodel_cy.pack(...)`` and ``onemodel-cy pack`` (``docs/packed-format.md``).
 
-Three sources: a folder of image files with a labels file (decoded with Pillow, the
-``pack`` extra, in threads: Pillow decodes and resizes without the GIL), any iterable of
+The sources: a folder of image files with a labels file (decoded with Pillow, the
+``pack`` extra, in threads: Pillow decodes and resizes without the GIL), an LMDB, Parquet
+files or WebDataset tars (``containers.py``, their records decoded as a folder's), any iterable of
 ``(image, target, label)`` or ``(image, target, label, key)``, and any dataset with
 ``get_sample``. A pack is written into a hidden temporary folder beside the destination
 and renamed into place only once its manifest is written, so an interrupted pack never
@@ -21,6 +22,7 @@ import time
 import numpy as np
 
 from onemodel_cy.core.validate import note_exception
+from onemodel_cy.data.packs.containers import Container
 from onemodel_cy.data.packs.format import (DIGEST_BYTES, FORMAT, HEADER_BYTES, VERSION, PackError, array_entry,
                                            npy_header, sync, write_manifest, write_npy)
 from onemodel_cy.data.packs.publish import publish
@@ -170,10 +172,12 @@ def pack(source, out, *, labels=None, height=32, mode="L", vocabulary=None, work
 
     Parameters
     ----------
-    source : folder path, iterable, or dataset
-        A folder of image files (with ``labels=``), an iterable of ``(image, target,
-        label)`` or ``(image, target, label, key)`` with a uint8 ``[H, W]`` / ``[H, W, 3]``
-        or float32 ``[C, H, W]`` image, or any object with ``get_sample(i)`` and ``len``.
+    source : folder path, container, iterable, or dataset
+        A folder of image files (with ``labels=``); an ``LmdbSource``, ``ParquetSource`` or
+        ``WebDatasetSource`` (encoded images and their texts in one container, decoded,
+        fitted and encoded as a folder's are); an iterable of ``(image, target, label)`` or
+        ``(image, target, label, key)`` with a uint8 ``[H, W]`` / ``[H, W, 3]`` or float32
+        ``[C, H, W]`` image; or any object with ``get_sample(i)`` and ``len``.
     out : path
         The pack's folder; must not exist unless ``overwrite``. Without ``overwrite``, a
         pack another writer publishes there meanwhile is never replaced: this one then
@@ -181,18 +185,18 @@ def pack(source, out, *, labels=None, height=32, mode="L", vocabulary=None, work
     labels : path, optional
         For a folder: a UTF-8 text file, one ``file name<TAB>text`` per line.
     height : int, default 32
-        For a folder: every image is resized to this height, keeping its aspect ratio.
+        For a folder or a container: every image is resized to this height, keeping its aspect ratio.
     mode : {"L", "RGB"}, default "L"
-        For a folder: 8-bit grey or 8-bit RGB pixels.
+        For a folder or a container: 8-bit grey or 8-bit RGB pixels.
     vocabulary : str or sequence of str, optional
         The symbols of target ids 1, 2, ... (0 is left to the CTC blank), or a dataset's
         ``vocabulary`` (blank first; another pack's, so that both packs give one symbol
         one id: ``data/vocabulary.py``).
-        For a folder, the characters text may use (by default every character of the
+        For a folder or a container, the characters text may use (by default every character of the
         non-empty texts, sorted, taken before decoding: it covers a text whose image turns
         out unreadable too); for any other source it is recorded in the manifest as given.
     workers : int, optional
-        Decoding threads for a folder (default: the number of CPUs).
+        Decoding threads for a folder or a container (default: the number of CPUs).
     progress : bool, default True
         Show a tqdm progress bar (when tqdm is installed).
     overwrite : bool, default False
@@ -205,7 +209,13 @@ def pack(source, out, *, labels=None, height=32, mode="L", vocabulary=None, work
     started = time.perf_counter()
     writer = _PackWriter(out, overwrite)
     try:
-        if isinstance(source, (str, os.PathLike)):
+        if is_container(source):
+            if labels is not None:
+                raise TypeError(f"labels= is a folder's labels file; {source!r} holds its texts")
+            from onemodel_cy.data.packs.sources import container_samples
+            items, skipped, vocab, total = container_samples(source, height, mode, vocabulary, workers)
+            name = source.format
+        elif isinstance(source, (str, os.PathLike)):
             if labels is None:
                 raise TypeError("packing a folder needs labels= (a file of 'name<TAB>text' lines)")
             from onemodel_cy.data.packs.sources import folder_samples
@@ -227,6 +237,11 @@ def pack(source, out, *, labels=None, height=32, mode="L", vocabulary=None, work
         raise
     return PackReport(writer.out, count, skipped, time.perf_counter() - started, size,
                       None if vocab is None else with_blank(vocab))
+
+
+def is_container(source) -> bool:
+    """An ``LmdbSource``, ``ParquetSource`` or ``WebDatasetSource`` (``containers.py``)."""
+    return isinstance(source, Container)
 
 
 def recorded_vocabulary(vocabulary):
