@@ -16,7 +16,7 @@ import pickle
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 import onemodel_cy as om
 import reference as R
@@ -24,6 +24,7 @@ import reference_augment as RA
 from harness import _guard  # noqa: F401  (autouse: no worker may outlive a test)
 from harness import assert_same, assert_stream_is_batch_at, drain_ok, finish
 from onemodel_cy import augment as A
+from onemodel_cy.augment import kernels
 
 
 def same_bits(a, b):
@@ -112,6 +113,28 @@ def test_the_warps_at_every_row_position_and_border(width, height):
             op = {"affine": A.Affine, "perspective": A.Perspective, "elastic": A.Elastic}[warp[0]](*description[1:])
             with np.errstate(all="ignore"):
                 check(op, description, image, seed=k * 7919 + width)
+
+
+SIMD_LEVELS = list(range(kernels.simd_kernels() + 1))      # 0 scalar C, 1 SSE2, 2 AVX2, 3 AVX-512
+wide_images = st.builds(
+    lambda c, h, w, seed: (np.random.default_rng(seed).normal(size=(c, h, w)) * 2).astype(np.float32),
+    st.integers(1, 2), st.integers(1, 9), st.integers(1, 140), st.integers(0, 2**32))
+
+
+@pytest.mark.parametrize("level", SIMD_LEVELS)
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), image=wide_images, seed=seeds)
+def test_every_simd_level_gives_the_contracts_bits(level, data, image, seed):
+    """The row loops of src/warp.h (warps, noise, blur, resampling) exist at every SIMD level
+    this CPU runs; each, forced with ``simd_kernels(cap)``, gives the contract's bits on
+    images wide enough to cross every vector and chunk boundary (up to 140 pixels)."""
+    op, description = data.draw(st.sampled_from(sorted(OPERATIONS)).flatmap(lambda name: OPERATIONS[name]))
+    previous = kernels.simd_kernels(level)
+    try:
+        with np.errstate(all="ignore"):
+            check(op, description, image, seed)
+    finally:
+        kernels.simd_kernels(previous)
 
 
 leaves = st.one_of(*OPERATIONS.values())

@@ -1,7 +1,9 @@
-# Stub of onemodel_cy/augment/kernels.pyx: the pixel kernels are C-level; these two serve the conformance kit.
-from typing import Any, Tuple
+# Stub of onemodel_cy/augment/kernels.pyx: the pixel kernels are C-level; these two serve the conformance kit,
+# simd_kernels the tests.
+from typing import Any, Optional, Tuple
 
 import numpy as np
 
 def contract_function(name: str, values: Any) -> np.ndarray: ...
 def contract_normals(state: int, count: int) -> Tuple[np.ndarray, int]: ...
+def simd_kernels(cap: Optional[int] = None) -> int: ...

@@ -8,10 +8,10 @@ pure Python, and the tests compare the two bit for bit.
 """
 from libc.math cimport ceilf
 from libc.stdlib cimport malloc, free
-from libc.string cimport memcpy, memset
+from libc.string cimport memcpy
 
 from onemodel_cy.core.typedefs cimport u64, u32
-from onemodel_cy.core.rng cimport draw_u64, draw_single, fmix64, GOLDEN_GAMMA
+from onemodel_cy.core.rng cimport draw_u64, draw_single
 
 cdef extern from *:
     """
@@ -22,13 +22,46 @@ cdef extern from *:
     float f32_bits "om_f32_bits"(u32 bits) noexcept nogil
 
 cdef extern from "warp.h" nogil:
+    int warp_cpu_level "om_warp_cpu_level"()
+    int warp_level "om_warp_level"(int cpu, int cap)
     void om_affine_plane(const float* src, Py_ssize_t h, Py_ssize_t w, float* dst, Py_ssize_t oh, Py_ssize_t ow,
-                         const float* m, float shift, int constant, float fill)
+                         const float* m, float shift, int constant, float fill, int level)
     void om_perspective_plane(const float* src, Py_ssize_t h, Py_ssize_t w, float* dst, const float* k,
-                              int constant, float fill)
+                              int constant, float fill, int level)
     void om_elastic(const float* src, Py_ssize_t c, Py_ssize_t h, Py_ssize_t w, float* dst, const float* nodes,
                     Py_ssize_t nx, const int* column_node, const float* column_fraction, const int* row_node,
-                    const float* row_fraction, int constant, float fill)
+                    const float* row_fraction, int constant, float fill, int level)
+    void om_noise(const float* src, float* dst, Py_ssize_t n, u64 state, int kind, float a, float b, float c,
+                  float half_a, float scale, int level)
+    void om_blur_taps(const float* const* rows, const float* weights, Py_ssize_t r, float* out, Py_ssize_t w,
+                      int level)
+    void om_resize_rows(const float* src, float* dst, Py_ssize_t rows, Py_ssize_t w, Py_ssize_t ow, const int* i0,
+                        const int* i1, const float* f, int level)
+
+# The SIMD level of the row loops in src/warp.h (0 scalar, 1 SSE2, 2 AVX2, 3 AVX-512): the
+# CPU's, at most `simd_cap`, which tests lower to run every level on one machine. Every
+# level gives the same bits.
+cdef int cpu_level = warp_cpu_level()
+cdef int simd_cap = 3
+
+
+cdef inline int level() noexcept nogil:
+    return warp_level(cpu_level, simd_cap)
+
+
+def simd_kernels(cap=None):
+    """The widest level of the augmentation kernels' row loops this CPU runs (0 scalar C,
+    1 SSE2, 2 AVX2, 3 AVX-512; not the collator's numbering), and with ``cap`` lower it
+    (for tests: every level gives the same bits): returns the previous cap."""
+    global simd_cap
+    if cap is None:
+        return cpu_level
+    cap = int(cap)
+    if cap < 0:
+        raise ValueError(f"cap must be >= 0, received {cap}")
+    previous, simd_cap = simd_cap, min(cap, 3)
+    return previous
+
 
 # The contract's constants, by their float32 bits.
 cdef float INV_2 = f32_bits(0x3f000000)           # 1/2
@@ -138,22 +171,28 @@ cdef inline float line_position(Py_ssize_t k, float scale) noexcept nogil:
     return (<float>k + half) * scale - half
 
 
-cdef void resize_rows(const float* src, float* dst, Py_ssize_t rows, Py_ssize_t w, Py_ssize_t ow) noexcept nogil:
-    """Every row from w to ow samples: a + f * (b - a) between the two nearest (replicated)."""
+cdef int resize_rows(const float* src, float* dst, Py_ssize_t rows, Py_ssize_t w, Py_ssize_t ow) noexcept nogil:
+    """Every row from w to ow samples: a + f * (b - a) between the two nearest (replicated).
+    Each column's two indices and fraction are computed once, then the rows one after the
+    other (src/warp.h). Returns -1 when the tables could not be allocated."""
     cdef float scale = <float>w / <float>ow
-    cdef Py_ssize_t r, x, i0, i1
-    cdef float s, f, a, b
+    cdef Py_ssize_t x, i0
+    cdef float s, f
+    cdef int* index = <int*>malloc(2 * ow * sizeof(int) + ow * sizeof(float))
+    if index == NULL:
+        return -1
+    cdef int* index1 = index + ow
+    cdef float* fraction = <float*>(index + 2 * ow)
     for x in range(ow):
         s = clamp_coordinate(line_position(x, scale), w)
         f = floor_exact(s)
         i0 = <Py_ssize_t>f
-        f = s - f
-        i1 = clamp_index(i0 + 1, w)
-        i0 = clamp_index(i0, w)
-        for r in range(rows):
-            a = src[r * w + i0]
-            b = src[r * w + i1]
-            dst[r * ow + x] = a + f * (b - a)
+        fraction[x] = s - f
+        index1[x] = <int>clamp_index(i0 + 1, w)
+        index[x] = <int>clamp_index(i0, w)
+    om_resize_rows(src, dst, rows, w, ow, index, index1, fraction, level())
+    free(index)
+    return 0
 
 
 cdef void resize_columns(const float* src, float* dst, Py_ssize_t h, Py_ssize_t oh, Py_ssize_t w) noexcept nogil:
@@ -174,38 +213,42 @@ cdef void resize_columns(const float* src, float* dst, Py_ssize_t h, Py_ssize_t 
             dst[y * w + x] = top[x] + f * (bottom[x] - top[x])
 
 
-cdef void resize(const Step* st, const float* src, float* dst, float* tmp) noexcept nogil:
+cdef int resize(const Step* st, const float* src, float* dst, float* tmp) noexcept nogil:
     """Horizontal pass (w -> ow, into tmp), then vertical (h -> oh); a pass whose size does
     not change is a copy."""
     cdef Py_ssize_t ch, c = st.c, h = st.h, w = st.w, oh = st.oh, ow = st.ow
     if ow != w:
-        resize_rows(src, tmp if oh != h else dst, c * h, w, ow)
+        if resize_rows(src, tmp if oh != h else dst, c * h, w, ow) != 0:
+            return -1
     elif oh == h:
         memcpy(dst, src, c * h * w * sizeof(float))
-        return
+        return 0
     else:
         memcpy(tmp, src, c * h * w * sizeof(float))
     if oh != h:
         for ch in range(c):
             resize_columns(tmp + ch * h * ow, dst + ch * oh * ow, h, oh, ow)
+    return 0
 
 
 cdef void affine(const Step* st, const float* src, float* dst) noexcept nogil:
     """Each output pixel's centre, relative to the output's centre and less the shift,
     through the inverse matrix, plus the input's centre: bilinear there (src/warp.h)."""
     cdef Py_ssize_t ch, h = st.h, w = st.w, oh = st.oh, ow = st.ow
+    cdef int at = level()
     for ch in range(st.c):
         om_affine_plane(src + ch * h * w, h, w, dst + ch * oh * ow, oh, ow, st.v, st.v[4],
-                        st.border == BORDER_CONSTANT, st.fill)
+                        st.border == BORDER_CONSTANT, st.fill, at)
 
 
 cdef void perspective(const Step* st, const float* src, float* dst) noexcept nogil:
     """Output pixel centre (u, v) in the unit square, mapped to the source quad:
     X = (a u + b v + c) / (g u + h v + 1), Y = (d u + e v + f) / (g u + h v + 1) (src/warp.h)."""
     cdef Py_ssize_t ch, h = st.h, w = st.w
+    cdef int at = level()
     for ch in range(st.c):
         om_perspective_plane(src + ch * h * w, h, w, dst + ch * h * w, st.v, st.border == BORDER_CONSTANT,
-                             st.fill)
+                             st.fill, at)
 
 
 cdef int elastic(const Step* st, const float* src, float* dst) noexcept nogil:
@@ -232,7 +275,7 @@ cdef int elastic(const Step* st, const float* src, float* dst) noexcept nogil:
     node_fractions(w, cell, nx, column_node, column_fraction)
     node_fractions(h, cell, ny, row_node, row_fraction)
     om_elastic(src, st.c, h, w, dst, nodes, nx, column_node, column_fraction, row_node, row_fraction,
-               st.border == BORDER_CONSTANT, st.fill)
+               st.border == BORDER_CONSTANT, st.fill, level())
     free(column_node)
     free(nodes)
     return 0
@@ -323,34 +366,29 @@ cdef Py_ssize_t blur_weights(float sigma, float* weights) noexcept nogil:
     return r
 
 
-cdef void add_weighted(float* acc, const float* values, float weight, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t x
-    for x in range(n):
-        acc[x] = acc[x] + weight * values[x]
-
-
 cdef int blur(const Step* st, const float* src, float* dst, float* tmp) noexcept nogil:
     """Rows, then columns: sum over k = -r .. r of n_|k| * p(clamp(x + k)), from 0, left to
-    right (the k loop outside the pixel loop: each pixel still adds its terms in k order)."""
+    right (src/warp.h's om_blur_taps: each pixel adds its terms in k order)."""
     cdef float weights[MAX_RADIUS + 1]
+    cdef const float* rows[2 * MAX_RADIUS + 1]
     cdef Py_ssize_t r = blur_weights(st.v[0], weights)
     cdef Py_ssize_t ch, y, k, h = st.h, w = st.w
+    cdef int at = level()
     cdef float* padded = <float*>malloc((w + 2 * r + 1) * sizeof(float))
     if padded == NULL:
         return -1
-    cdef float* out
+    for k in range(2 * r + 1):
+        rows[k] = padded + k
     for ch in range(st.c):
         for y in range(h):
             pad_row(src + (ch * h + y) * w, w, r, r, padded)
-            out = tmp + (ch * h + y) * w
-            memset(out, 0, w * sizeof(float))
-            for k in range(-r, r + 1):
-                add_weighted(out, padded + r + k, weights[k if k >= 0 else -k], w)
+            om_blur_taps(rows, weights, r, tmp + (ch * h + y) * w, w, at)
         for y in range(h):
-            out = dst + (ch * h + y) * w
-            memset(out, 0, w * sizeof(float))
             for k in range(-r, r + 1):
-                add_weighted(out, tmp + (ch * h + clamp_index(y + k, h)) * w, weights[k if k >= 0 else -k], w)
+                rows[k + r] = tmp + (ch * h + clamp_index(y + k, h)) * w
+            om_blur_taps(rows, weights, r, dst + (ch * h + y) * w, w, at)
+        for k in range(2 * r + 1):
+            rows[k] = padded + k
     free(padded)
     return 0
 
@@ -359,24 +397,18 @@ cdef int blur(const Step* st, const float* src, float* dst, float* tmp) noexcept
 
 cdef void photometric(const Step* st, const float* src, float* dst) noexcept nogil:
     cdef Py_ssize_t i, n = st.c * st.h * st.w
-    cdef float a = st.v[0], b = st.v[1], c = st.v[2], u, half_amount = st.v[0] * <float>0.5
-    cdef u64 state = st.state
-    # The noise loops draw inline (draw_u64's steps): the calls were a third of their time.
+    cdef float a = st.v[0], b = st.v[1], c = st.v[2], half_amount = st.v[0] * <float>0.5
+    # The noise kinds draw in src/warp.h's om_noise: normal_of and draw_single's steps, one
+    # draw a pixel in pixel order, vectorised.
     if st.kind == K_GAIN_OFFSET:
         for i in range(n):
             dst[i] = src[i] * a + b
     elif st.kind == K_NOISE:
-        for i in range(n):
-            state += GOLDEN_GAMMA
-            dst[i] = src[i] + a * normal_of(fmix64(state))
+        om_noise(src, dst, n, st.state, 0, a, b, c, half_amount, NORMAL_SCALE, level())
     elif st.kind == K_SPECKLE:
-        for i in range(n):
-            state += GOLDEN_GAMMA
-            dst[i] = src[i] + src[i] * (a * normal_of(fmix64(state)))
+        om_noise(src, dst, n, st.state, 1, a, b, c, half_amount, NORMAL_SCALE, level())
     elif st.kind == K_IMPULSE:
-        for i in range(n):
-            u = draw_single(&state)
-            dst[i] = b if u < half_amount else (c if u < a else src[i])
+        om_noise(src, dst, n, st.state, 2, a, b, c, half_amount, NORMAL_SCALE, level())
     elif st.kind == K_INVERT:
         for i in range(n):
             dst[i] = a - src[i]
@@ -385,7 +417,7 @@ cdef void photometric(const Step* st, const float* src, float* dst) noexcept nog
 cdef int run_step(const Step* step, const float* src, float* dst, float* tmp) noexcept nogil:
     cdef int kind = step.kind
     if kind == K_RESIZE:
-        resize(step, src, dst, tmp)
+        return resize(step, src, dst, tmp)
     elif kind == K_AFFINE:
         affine(step, src, dst)
     elif kind == K_PERSPECTIVE:

@@ -1,10 +1,17 @@
-/* The geometric kernels of onemodel_cy.augment (docs/contract.md, "Text-line
-   augmentations": Affine, Perspective, Elastic and their bilinear sampling), for
-   augment/kernels.pyx. Pure C, no Python.
+/* The row loops of onemodel_cy.augment's kernels (docs/contract.md, "Text-line
+   augmentations": Affine, Perspective, Elastic and their bilinear sampling; the noise
+   draws; the blur's taps; Stretch's horizontal pass), for augment/kernels.pyx. Pure C,
+   no Python; the rng's om_fmix64 and OM_GOLDEN_GAMMA come from core/rng.pxd.
 
-   A row is done in chunks of OM_WARP_CHUNK pixels: first the chunk's source coordinates
-   (simple loops the compiler vectorises), then the sampling, four pixels at a time with
-   SSE2 (a scalar loop for the rest, and where SSE2 is missing). SIMD float32 add, sub,
+   Each is compiled at up to four SIMD levels (src/warp_level.h, included once per level):
+   0 scalar C, 1 SSE2, 2 AVX2, 3 AVX-512 (F, DQ, BW, VL), the levels above the build's as
+   whole functions with a target attribute, and om_warp_level picks one per kernel call
+   from the CPU, up to a cap (tests lower it to run every level on one machine). All the
+   levels give the same bits.
+
+   A warp's row is done in chunks of OM_WARP_CHUNK pixels: first the chunk's source
+   coordinates (simple loops the compiler vectorises), then the sampling, 4, 8 or 16
+   pixels at a time (a scalar loop for the rest). SIMD float32 add, sub,
    mul and div and the int/float conversions round each lane exactly like the scalar
    instructions, and the build uses -ffp-contract=off, so nothing is fused: every step is
    the contract's expression in its order. A term is taken out of the pixel loop only
@@ -15,12 +22,20 @@
 #ifndef ONEMODEL_CY_WARP_H
 #define ONEMODEL_CY_WARP_H
 #include <stddef.h>
+#include <stdint.h>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#include <immintrin.h>
+#define OM_WARP_WIDE 1      /* the AVX2 and AVX-512 levels */
+#else
+#define OM_WARP_WIDE 0
+#endif
 
-/* No AVX2 clone (as src/row.h has): a clone of the row loops calling the SSE2 sampler
-   paid the SSE/AVX transition on every chunk and took twice as long (measured). */
+/* Why whole functions per level: the first AVX2 clone of the row loops called the SSE2
+   sampler per chunk, paid the SSE/AVX transition on every call and took twice as long
+   (measured). */
 
 enum { OM_WARP_CHUNK = 64 };
 
@@ -65,167 +80,116 @@ static inline ptrdiff_t om_floor_kept(float s, float high, float* fraction) {
     return (ptrdiff_t)t;
 }
 
-/* Bilinear sampling of `plane` (h x w) at the n points (sx[i], sy[i]), into out[i]. */
-static inline void om_bilinear_chunk(const float* plane, ptrdiff_t h, ptrdiff_t w, int constant, float fill,
-                                     const float* sx, const float* sy, int n, float* out) {
-    const float high_x = (float)(w + 1), high_y = (float)(h + 1);
-    int i = 0;
+
+#define OM_L(name) name##_0
+#define OM_TARGET
+#define OM_LEVEL 0
+#include "warp_level.h"
+#undef OM_L
+#undef OM_TARGET
+#undef OM_LEVEL
 #if defined(__SSE2__)
-    /* Four pixels at a time. The same steps as om_floor_kept: MAXPS(s, low) is
-       s > low ? s : low, so NaN gives low; MINPS(s, high) is s < high ? s : high;
-       CVTTPS2DQ truncates as (int)s does; t - (t > s ? 1 : 0) subtracts 0 (exact) or 1.
-       When all four have their neighbours inside the plane (most pixels of a warp), each
-       pixel's two pairs (p00, p01) and (p10, p11) are two 8-byte loads, and the
-       interpolation is om_lerp2's, four lanes at once; otherwise each pixel goes through
-       om_sample_any. */
-    const __m128 low = _mm_set1_ps(-2.0f), hx = _mm_set1_ps(high_x), hy = _mm_set1_ps(high_y);
-    const __m128 ones = _mm_set1_ps(1.0f);
-    const __m128i below_x = _mm_set1_epi32(w - 1 > 0x7fffffff ? 0x7fffffff : (int)(w - 1));
-    const __m128i below_y = _mm_set1_epi32(h - 1 > 0x7fffffff ? 0x7fffffff : (int)(h - 1));
-    const __m128i minus_one = _mm_set1_epi32(-1);
-    for (; i + 4 <= n; i += 4) {
-        int xs[4], ys[4], k;
-        float fxs[4], fys[4];
-        __m128 s = _mm_min_ps(_mm_max_ps(_mm_loadu_ps(sx + i), low), hx);
-        __m128 t = _mm_cvtepi32_ps(_mm_cvttps_epi32(s));
-        t = _mm_sub_ps(t, _mm_and_ps(_mm_cmpgt_ps(t, s), ones));
-        const __m128i x0 = _mm_cvttps_epi32(t);
-        const __m128 fx = _mm_sub_ps(s, t);
-        s = _mm_min_ps(_mm_max_ps(_mm_loadu_ps(sy + i), low), hy);
-        t = _mm_cvtepi32_ps(_mm_cvttps_epi32(s));
-        t = _mm_sub_ps(t, _mm_and_ps(_mm_cmpgt_ps(t, s), ones));
-        const __m128i y0 = _mm_cvttps_epi32(t);
-        const __m128 fy = _mm_sub_ps(s, t);
-        /* 0 <= x0 < w - 1 and 0 <= y0 < h - 1 */
-        const __m128i inside = _mm_and_si128(
-            _mm_and_si128(_mm_cmpgt_epi32(x0, minus_one), _mm_cmpgt_epi32(below_x, x0)),
-            _mm_and_si128(_mm_cmpgt_epi32(y0, minus_one), _mm_cmpgt_epi32(below_y, y0)));
-        _mm_storeu_si128((__m128i*)xs, x0);
-        _mm_storeu_si128((__m128i*)ys, y0);
-        if (_mm_movemask_epi8(inside) == 0xffff) {
-            const float* a0 = plane + (ptrdiff_t)ys[0] * w + xs[0];
-            const float* a1 = plane + (ptrdiff_t)ys[1] * w + xs[1];
-            const float* a2 = plane + (ptrdiff_t)ys[2] * w + xs[2];
-            const float* a3 = plane + (ptrdiff_t)ys[3] * w + xs[3];
-            const __m128 top01 = _mm_loadh_pi(_mm_loadl_pi(ones, (const __m64*)a0), (const __m64*)a1);
-            const __m128 top23 = _mm_loadh_pi(_mm_loadl_pi(ones, (const __m64*)a2), (const __m64*)a3);
-            const __m128 bot01 = _mm_loadh_pi(_mm_loadl_pi(ones, (const __m64*)(a0 + w)), (const __m64*)(a1 + w));
-            const __m128 bot23 = _mm_loadh_pi(_mm_loadl_pi(ones, (const __m64*)(a2 + w)), (const __m64*)(a3 + w));
-            const __m128 p00 = _mm_shuffle_ps(top01, top23, _MM_SHUFFLE(2, 0, 2, 0));
-            const __m128 p01 = _mm_shuffle_ps(top01, top23, _MM_SHUFFLE(3, 1, 3, 1));
-            const __m128 p10 = _mm_shuffle_ps(bot01, bot23, _MM_SHUFFLE(2, 0, 2, 0));
-            const __m128 p11 = _mm_shuffle_ps(bot01, bot23, _MM_SHUFFLE(3, 1, 3, 1));
-            const __m128 top = _mm_add_ps(p00, _mm_mul_ps(fx, _mm_sub_ps(p01, p00)));
-            const __m128 bottom = _mm_add_ps(p10, _mm_mul_ps(fx, _mm_sub_ps(p11, p10)));
-            _mm_storeu_ps(out + i, _mm_add_ps(top, _mm_mul_ps(fy, _mm_sub_ps(bottom, top))));
-        } else {
-            _mm_storeu_ps(fxs, fx);
-            _mm_storeu_ps(fys, fy);
-            for (k = 0; k < 4; k++)
-                out[i + k] = om_sample_any(plane, h, w, constant, fill, xs[k], ys[k], fxs[k], fys[k]);
-        }
-    }
+#define OM_L(name) name##_1
+#define OM_TARGET
+#define OM_LEVEL 1
+#include "warp_level.h"
+#undef OM_L
+#undef OM_TARGET
+#undef OM_LEVEL
 #endif
-    for (; i < n; i++) {
-        float fx, fy;
-        const ptrdiff_t x0 = om_floor_kept(sx[i], high_x, &fx), y0 = om_floor_kept(sy[i], high_y, &fy);
-        out[i] = om_sample_any(plane, h, w, constant, fill, x0, y0, fx, fy);
-    }
+#if OM_WARP_WIDE
+#define OM_L(name) name##_2
+#define OM_TARGET __attribute__((target("avx2")))
+#define OM_LEVEL 2
+#include "warp_level.h"
+#undef OM_L
+#undef OM_TARGET
+#undef OM_LEVEL
+#define OM_L(name) name##_3
+#define OM_TARGET __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl")))
+#define OM_LEVEL 3
+#include "warp_level.h"
+#undef OM_L
+#undef OM_TARGET
+#undef OM_LEVEL
+#endif
+
+/* The widest level this CPU runs: 3 AVX-512 (F, DQ, BW and VL), 2 AVX2, 1 SSE2, 0 none. */
+static int om_warp_cpu_level(void) {
+#if OM_WARP_WIDE
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
+        return 3;
+    if (__builtin_cpu_supports("avx2"))
+        return 2;
+#endif
+#if defined(__SSE2__)
+    return 1;
+#else
+    return 0;
+#endif
 }
 
-/* Affine: output (x, y) samples sx = ((m00*dx + m01*dy) + f32(W)*0.5) - 0.5, sy likewise,
-   dx = (f32(x) + 0.5) - f32(W')*0.5, dy = ((f32(y) + 0.5) - f32(H)*0.5) - t. m01*dy and
-   m11*dy are row-constant products. One plane, src h x w to dst oh x ow. */
-static void om_affine_plane(const float* src, ptrdiff_t h, ptrdiff_t w, float* dst, ptrdiff_t oh,
-                                           ptrdiff_t ow, const float* m, float shift, int constant, float fill) {
-    float sx[OM_WARP_CHUNK], sy[OM_WARP_CHUNK];
-    const float half = 0.5f, m00 = m[0], m01 = m[1], m10 = m[2], m11 = m[3];
-    const float out_cx = (float)ow * half, out_cy = (float)oh * half;
-    const float in_cx = (float)w * half, in_cy = (float)h * half;
-    ptrdiff_t y, start;
-    int i, n;
-    for (y = 0; y < oh; y++) {
-        const float dy = (((float)y + half) - out_cy) - shift, ry0 = m01 * dy, ry1 = m11 * dy;
-        for (start = 0; start < ow; start += n) {
-            n = ow - start < OM_WARP_CHUNK ? (int)(ow - start) : OM_WARP_CHUNK;
-            for (i = 0; i < n; i++) {
-                const float dx = ((float)((int)start + i) + half) - out_cx;
-                sx[i] = ((m00 * dx + ry0) + in_cx) - half;
-                sy[i] = ((m10 * dx + ry1) + in_cy) - half;
-            }
-            om_bilinear_chunk(src, h, w, constant, fill, sx, sy, n, dst + y * ow + start);
-        }
-    }
+/* The level a kernel call runs at: the CPU's, at most `cap`. */
+static inline int om_warp_level(int cpu, int cap) { return cpu < cap ? cpu : cap; }
+
+/* A plane of h * w pixels, at level 2 or 3, computes the pixels' offsets as int. */
+static inline int om_warp_plane_level(int level, ptrdiff_t h, ptrdiff_t w) {
+    return level > 1 && (h > 0x7fffffff / (w > 0 ? w : 1)) ? 1 : level;
 }
 
-/* Perspective: u = (f32(x) + 0.5) * (1/f32(W)), v likewise, q = (g*u + h*v) + 1,
-   sx = ((a*u + b*v) + c)/q - 0.5, sy = ((d*u + e*v) + f)/q - 0.5; h*v, b*v and e*v are
-   row-constant products. k holds a .. h. The shape is kept. */
-static void om_perspective_plane(const float* src, ptrdiff_t h, ptrdiff_t w, float* dst,
-                                                const float* k, int constant, float fill) {
-    float sx[OM_WARP_CHUNK], sy[OM_WARP_CHUNK];
-    const float half = 0.5f, one = 1.0f;
-    const float a = k[0], b = k[1], c = k[2], d = k[3], e = k[4], f = k[5], g = k[6], hh = k[7];
-    const float inv_w = one / (float)w, inv_h = one / (float)h;
-    ptrdiff_t y, start;
-    int i, n;
-    for (y = 0; y < h; y++) {
-        const float v = ((float)y + half) * inv_h, hv = hh * v, bv = b * v, ev = e * v;
-        for (start = 0; start < w; start += n) {
-            n = w - start < OM_WARP_CHUNK ? (int)(w - start) : OM_WARP_CHUNK;
-            for (i = 0; i < n; i++) {
-                const float u = ((float)((int)start + i) + half) * inv_w;
-                const float q = (g * u + hv) + one;
-                sx[i] = ((a * u + bv) + c) / q - half;
-                sy[i] = ((d * u + ev) + f) / q - half;
-            }
-            om_bilinear_chunk(src, h, w, constant, fill, sx, sy, n, dst + y * w + start);
-        }
-    }
+
+/* A kernel's function at `level`. */
+#define OM_PICK(level, name, args) do { \
+    if (OM_WARP_WIDE && (level) >= 3) OM_CALL3(name, args); \
+    else if (OM_WARP_WIDE && (level) == 2) OM_CALL2(name, args); \
+    else if ((level) == 1) OM_CALL1(name, args); \
+    else name##_0 args; } while (0)
+#if OM_WARP_WIDE
+#define OM_CALL3(name, args) name##_3 args
+#define OM_CALL2(name, args) name##_2 args
+#else
+#define OM_CALL3(name, args) name##_0 args
+#define OM_CALL2(name, args) name##_0 args
+#endif
+#if defined(__SSE2__)
+#define OM_CALL1(name, args) name##_1 args
+#else
+#define OM_CALL1(name, args) name##_0 args
+#endif
+
+static void om_affine_plane(const float* src, ptrdiff_t h, ptrdiff_t w, float* dst, ptrdiff_t oh, ptrdiff_t ow,
+                            const float* m, float shift, int constant, float fill, int level) {
+    level = om_warp_plane_level(level, h, w);
+    OM_PICK(level, om_affine_plane, (src, h, w, dst, oh, ow, m, shift, constant, fill));
 }
 
-/* Elastic: pixel (x, y) samples (f32(x) + dx, f32(y) + dy), (dx, dy) the bilinear blend of
-   its cell's four nodes (`nodes`: nx by ny, dx and dy interleaved). Column x's node index
-   and fraction are column_node[x] and column_fraction[x] (the index never decreases along
-   a row); row y's are row_node[y] and row_fraction[y]. Within a row, the columns of one
-   cell share the nodes, so each run of them is one loop over the fractions with the
-   nodes and their differences (n01 - n00 and n11 - n10, the contract's own subtractions)
-   as constants. Each displacement serves every one of the c planes. */
-static void om_elastic(const float* src, ptrdiff_t c, ptrdiff_t h, ptrdiff_t w, float* dst,
-                                      const float* nodes, ptrdiff_t nx, const int* column_node,
-                                      const float* column_fraction, const int* row_node, const float* row_fraction,
-                                      int constant, float fill) {
-    float sx[OM_WARP_CHUNK], sy[OM_WARP_CHUNK];
-    ptrdiff_t y, start, ch;
-    int i, n;
-    for (y = 0; y < h; y++) {
-        const float* row0 = nodes + 2 * row_node[y] * nx;
-        const float* row1 = row0 + 2 * nx;
-        const float fy = row_fraction[y], fyy = (float)y;
-        for (start = 0; start < w; start += n) {
-            n = w - start < OM_WARP_CHUNK ? (int)(w - start) : OM_WARP_CHUNK;
-            for (i = 0; i < n;) {
-                const int cell = column_node[start + i];
-                const float* n0 = row0 + 2 * cell;
-                const float* n1 = row1 + 2 * cell;
-                const float ax = n0[0], dax = n0[2] - n0[0], bx = n1[0], dbx = n1[2] - n1[0];
-                const float ay = n0[1], day = n0[3] - n0[1], by = n1[1], dby = n1[3] - n1[1];
-                const float* fraction = column_fraction + start;
-                int end = i + 1, k;
-                while (end < n && column_node[start + end] == cell)
-                    end++;
-                for (k = i; k < end; k++) {
-                    const float fx = fraction[k];
-                    const float top_x = ax + fx * dax, bottom_x = bx + fx * dbx;
-                    const float top_y = ay + fx * day, bottom_y = by + fx * dby;
-                    sx[k] = (float)((int)start + k) + (top_x + fy * (bottom_x - top_x));
-                    sy[k] = fyy + (top_y + fy * (bottom_y - top_y));
-                }
-                i = end;
-            }
-            for (ch = 0; ch < c; ch++)
-                om_bilinear_chunk(src + ch * h * w, h, w, constant, fill, sx, sy, n, dst + (ch * h + y) * w + start);
-        }
-    }
+static void om_perspective_plane(const float* src, ptrdiff_t h, ptrdiff_t w, float* dst, const float* k,
+                                 int constant, float fill, int level) {
+    level = om_warp_plane_level(level, h, w);
+    OM_PICK(level, om_perspective_plane, (src, h, w, dst, k, constant, fill));
+}
+
+static void om_elastic(const float* src, ptrdiff_t c, ptrdiff_t h, ptrdiff_t w, float* dst, const float* nodes,
+                       ptrdiff_t nx, const int* column_node, const float* column_fraction, const int* row_node,
+                       const float* row_fraction, int constant, float fill, int level) {
+    level = om_warp_plane_level(level, h, w);
+    OM_PICK(level, om_elastic, (src, c, h, w, dst, nodes, nx, column_node, column_fraction, row_node,
+                                row_fraction, constant, fill));
+}
+
+static void om_noise(const float* src, float* dst, ptrdiff_t n, uint64_t state, int kind, float a, float b,
+                     float c, float half_a, float scale, int level) {
+    OM_PICK(level, om_noise, (src, dst, n, state, kind, a, b, c, half_a, scale));
+}
+
+static void om_blur_taps(const float* const* rows, const float* weights, ptrdiff_t r, float* out, ptrdiff_t w,
+                         int level) {
+    OM_PICK(level, om_blur_taps, (rows, weights, r, out, w));
+}
+
+static void om_resize_rows(const float* src, float* dst, ptrdiff_t rows, ptrdiff_t w, ptrdiff_t ow, const int* i0,
+                           const int* i1, const float* f, int level) {
+    OM_PICK(level, om_resize_rows, (src, dst, rows, w, ow, i0, i1, f));
 }
 #endif
