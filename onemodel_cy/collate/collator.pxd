@@ -51,8 +51,9 @@ cdef class ImageBatchCollator:
     cdef readonly BufferPool pool
     cdef AugmentKernel _kernel          # the augmentation's GIL-free kernel (run NULL: none)
     cdef bint _python_augmentation
-    cdef readonly object program        # a built-in augmentation (onemodel_cy.augment): the fetch step plans and
-                                        # runs it with the transform (collate/transform.pyx), without the GIL
+    # A built-in augmentation (onemodel_cy.augment): the fetch step plans and runs it with the
+    # transform (collate/transform.pyx), without the GIL; None otherwise.
+    cdef readonly object program
     cdef bint _claimed                  # __init__ ran: a second one is refused
     cdef object _local                  # per-thread default workspace of direct calls
 

@@ -15,8 +15,9 @@ cdef class StageClock:
     cdef readonly i64 get_sample_ns     # Python stages, on every building thread of this process
     cdef readonly i64 transform_ns
     cdef readonly i64 augmentation_ns
-    cdef readonly i64 copy_ns           # the images copied into the batch (and staged, for a Python augmentation),
-                                        # and a built-in transform's kernels
+    # The images copied into the batch (and staged, for a Python augmentation), and a
+    # built-in transform's kernels.
+    cdef readonly i64 copy_ns
 
 
 cdef class ConsumerTimer:
