@@ -214,6 +214,45 @@ def test_a_subclass_that_overrides_call_is_called(tmp_path):
         assert np.array_equal(doubled.images[j, :, :, :width], plain.images[j, :, :, :width] * np.float32(2))
 
 
+class Halved(A.BrightnessContrast):
+    """A subclass whose apply is not the program (the call uses it): the loader must call it."""
+
+    def apply(self, image, rng):
+        return super().apply(image, rng) * np.float32(0.5)
+
+
+def test_a_subclass_that_overrides_apply_is_called(tmp_path):
+    dataset = dataset_of("gray8 pack", str(tmp_path))
+    as_transform = loader_of(dataset, Halved((1.0, 1.0), (0.0, 0.0)))
+    as_augmentation = loader_of(dataset, None, augmentation=Halved((1.0, 1.0), (0.0, 0.0)))
+    plain = loader_of(dataset, None).batch_at(0)
+    for loader in (as_transform, as_augmentation):
+        assert not loader._pipeline.splits()
+        got = loader.batch_at(0)
+        for j, width in enumerate(plain.widths):
+            assert np.array_equal(got.images[j, :, :, :width], plain.images[j, :, :, :width] * np.float32(0.5))
+    epoch, step = divmod(0, as_augmentation.steps_per_epoch)
+    indices = as_augmentation.sampler.indices(epoch, step)
+    want = as_augmentation.collator.collate([dataset.get_sample(int(i)) for i in indices], indices, 21, epoch, step)
+    assert np.array_equal(as_augmentation.batch_at(0).images.view(np.uint32), want.images.view(np.uint32))
+
+
+def test_a_composition_refuses_a_child_with_its_own_python():
+    with pytest.raises(TypeError, match=r"Halved overrides __call__ or apply"):
+        A.Compose([A.Invert(), Halved()])
+    with pytest.raises(TypeError, match=r"Doubled overrides __call__ or apply"):
+        A.RandomApply(Doubled(), 0.5)
+
+
+def test_an_uninitialised_builtin_augmentation_says_so():
+    class Unready(A.Invert):
+        def __init__(self):
+            pass
+
+    with pytest.raises(RuntimeError, match="never initialised"):
+        om.ImageBatchCollator(augmentation=Unready())
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_outputs_of_different_heights_are_refused_naming_the_slot(workers, tmp_path):
     """A transform that gives some slots another height cannot be collated: the same error

@@ -67,6 +67,11 @@ def _transforms(ops, owner):
     if bad:
         raise TypeError(f"{owner} composes built-in augmentations (onemodel_cy.augment), received "
                         f"{type(bad[0]).__name__}; a Python transform is called by the loader on its own")
+    # A composition copies its children's programs: Python code of a subclass would not run.
+    custom = [op for op in ops if type(op).__call__ is not Transform.__call__ or type(op).apply is not Transform.apply]
+    if custom:
+        raise TypeError(f"{owner} runs its children's built-in programs, and {type(custom[0]).__name__} overrides "
+                        f"__call__ or apply, which it would not run; call that one as a Python transform")
     return ops
 
 

@@ -31,7 +31,7 @@ cdef class Transform:
 
 
 # Whether `transform` is a built-in one whose call is its program (not a subclass that
-# overrides __call__): the fetch step then plans and runs it itself, without the GIL.
+# overrides __call__ or apply): the fetch step then plans and runs it itself, without the GIL.
 cdef bint runs_program(object transform)
 
 # Plan the program at nodes[0] for an input of `shape` (updated to the output's), drawing

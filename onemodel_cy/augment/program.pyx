@@ -375,7 +375,9 @@ cdef Py_ssize_t scratch_floats(const Step* steps, Py_ssize_t count) noexcept nog
 
 
 cdef bint runs_program(object transform):
-    return isinstance(transform, Transform) and type(transform).__call__ is Transform.__call__
+    # A subclass that overrides __call__ or apply (which __call__ uses) is Python code.
+    return (isinstance(transform, Transform) and type(transform).__call__ is Transform.__call__
+            and type(transform).apply is Transform.apply)
 
 
 # The kinds of operation, for operations.py (which checks the arguments).

@@ -375,6 +375,7 @@ cdef class ImageBatchCollator:
             self._kernel = (<Augmentation>augmentation).kernel    # a sealed copy of the parameters
         self._python_augmentation = augmentation is not None and self._kernel.run == NULL
         if runs_program(augmentation):
+            (<Transform>augmentation).ready()
             if not (<Transform>augmentation).keeps_shape:
                 raise TypeError(f"augmentation {augmentation!r} can change the image's shape: use it as the "
                                 f"loader's transform; an augmentation edits the image in place")
