@@ -104,6 +104,12 @@ def moto():
         yield f"http://127.0.0.1:{port}"
 
 
+def nothing_in(cache) -> bool:
+    """Whether the cache folder ``cache`` holds nothing (or was never made: a fetch that
+    fails on the manifest creates nothing)."""
+    return not os.path.exists(cache) or os.listdir(cache) == []
+
+
 def items(seed, n=24):
     rng = np.random.default_rng(seed)
     return [(rng.integers(0, 256, (6, int(rng.integers(3, 40))), dtype=np.uint8),

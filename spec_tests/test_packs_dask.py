@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 
 import cloudpickle
@@ -212,3 +213,46 @@ def test_a_container_on_dask_equals_the_local_engine(client, tmp_path):
             mine = os.path.join(root, name)
             with open(mine, "rb") as a, open(mine.replace(local.path, dask.path), "rb") as b:
                 assert a.read() == b.read(), mine
+
+
+def lines_folder(root, seed):
+    root.mkdir()
+    lines = random_png_lines(root, 12, seed=seed, widths=(5, 50), heights=(6, 16), alphabet="lorem ipsum")
+    (root / "labels.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return root
+
+
+def test_a_relative_folder_is_resolved_on_the_client(client, tmp_path, monkeypatch):
+    """Issue 36, item 5: a relative folder and labels file given to the Dask engine name the
+    client's files, whatever the workers' working folder: here the workers run in a decoy
+    folder holding other images under the same names (which they decoded before, pairing
+    them with the client's texts); the pack is om.pack of the client's folder."""
+    real, decoy = lines_folder(tmp_path / "real", 31), lines_folder(tmp_path / "decoy", 32)
+    before = client.run(os.getcwd)
+    client.run(os.chdir, str(decoy))
+    try:
+        monkeypatch.chdir(real)
+        dask = om.pack_sharded(".", str(tmp_path / "dask"), shards=3, labels="labels.txt", height=8, engine=client,
+                               progress=False)
+    finally:
+        for address, folder in before.items():
+            client.run(os.chdir, folder, workers=[address])
+    plain = om.pack(str(real), str(tmp_path / "plain"), labels=str(real / "labels.txt"), height=8, progress=False)
+    assert_same_as(plain.path, dask.path, (0.5, 0.25))
+
+
+def test_a_worker_that_finds_other_files_at_the_clients_paths_refuses_them(client, tmp_path):
+    """Issue 36, item 5: each task checks that the files it reads are the ones the client
+    planned with (their sizes): an image that is another file where the worker reads it
+    (here: replaced after the plan, as a worker of another machine may see another file at
+    that path) is a PackError naming the file and the worker, not another image packed."""
+    from PIL import Image
+    real = lines_folder(tmp_path / "real", 33)
+    jobs, _, _, _ = sharded.plan(str(real), 2, labels=str(real / "labels.txt"), height=8, mode="L",
+                                 vocabulary=None, workers=None, engine="dask")
+    Image.new("L", (77, 9), 3).save(real / "01.png")
+    (tmp_path / "partial").mkdir()
+    with pytest.raises(om.PackError, match=rf"^{re.escape(str(real / '01.png'))}: \d+ bytes on this worker \(.+\), "
+                                           r"\d+ bytes where the pack was planned \(labels line 2, '01.png'\): the "
+                                           r"engine's workers must see the source at the same path as the client"):
+        client.submit(sharded.write_shard, str(tmp_path / "partial"), jobs[0], pure=False).result()

@@ -25,7 +25,7 @@ import pytest
 import onemodel_cy as om
 from onemodel_cy.data.packs import format as _format
 from onemodel_cy.data.packs.format import PackError
-from remote_packs import free_port, items, nginx, running, write_packs
+from remote_packs import nothing_in, free_port, items, nginx, running, write_packs
 
 pytestmark = pytest.mark.usefixtures("without_fsync")     # conftest.py
 
@@ -123,7 +123,7 @@ def test_a_file_name_that_leaves_the_pack_is_refused_before_anything_is_fetched(
         open_pack(f"{url}/{name}", cache=str(cache), retry=QUICK)
     assert victim.read_bytes() == b"a user's file"
     assert not os.path.exists(tmp_path / "payload.npy") and not os.path.exists(cache / "payload.npy")
-    assert os.listdir(cache) == []
+    assert nothing_in(cache)
     shown = "" if shard is None else rf"{re.escape(str(folder))}: shard 1 of 3 \({shard}\): "
     with pytest.raises(PackError, match=rf"^{shown}{re.escape(str(folder))}/{message}"):
         open_pack(folder)
@@ -165,7 +165,7 @@ def test_every_size_is_a_non_negative_integer_within_its_bound(served, tmp_path,
         open_pack(folder)
     with pytest.raises(PackError, match=rf"^{re.escape(url)}/{re.escape(name)}/{message}"):
         open_pack(f"{url}/{name}", cache=str(tmp_path / "cache"), retry=QUICK)
-    assert os.listdir(tmp_path / "cache") == []
+    assert nothing_in(tmp_path / "cache")
 
 
 def test_a_negative_size_cannot_shrink_a_pack_into_a_small_cache(served, tmp_path):
@@ -184,7 +184,7 @@ def test_a_negative_size_cannot_shrink_a_pack_into_a_small_cache(served, tmp_pat
     with pytest.raises(PackError, match=rf"^{re.escape(url)}/shrunk/manifest\.json: arrays\.sample_sha256\.bytes "
                                         r"must be an integer in \[0, 2\*\*48\], received -1048576"):
         om.PackedImageDataset(f"{url}/shrunk", 0.5, 0.25, cache=str(cache), cache_bytes=4096)
-    assert os.listdir(cache) == []
+    assert nothing_in(cache)
 
 
 # ---------------------------------------------------------------- 3. bounded reads
@@ -373,7 +373,7 @@ def test_a_malformed_manifest_is_a_pack_error_naming_the_pack_file_and_field(ser
         open_pack(folder)
     with pytest.raises(PackError, match=rf"^{re.escape(url)}/{name}/{found}"):
         open_pack(f"{url}/{name}", cache=str(tmp_path / "cache"), retry=QUICK)
-    assert os.listdir(tmp_path / "cache") == []
+    assert nothing_in(tmp_path / "cache")
 
 
 def test_a_folder_where_a_file_should_be_is_a_pack_error(served, tmp_path):
@@ -395,4 +395,4 @@ def test_a_folder_where_a_file_should_be_is_a_pack_error(served, tmp_path):
         open_pack(folder)
     with pytest.raises(PackError, match=rf"^{re.escape(url)}/folders/manifest\.json"):
         open_pack(f"{url}/folders", cache=str(tmp_path / "cache"), retry=QUICK)
-    assert os.listdir(tmp_path / "cache") == []
+    assert nothing_in(tmp_path / "cache")

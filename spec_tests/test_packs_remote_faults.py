@@ -23,7 +23,7 @@ import pytest
 import onemodel_cy as om
 from onemodel_cy.data.packs import remote as remote_fetch
 from onemodel_cy.data.packs.format import PackError
-from remote_packs import CONSTANTS, free_port, running, same, write_packs
+from remote_packs import nothing_in, CONSTANTS, free_port, running, same, write_packs
 
 pytestmark = pytest.mark.usefixtures("without_fsync")     # conftest.py
 
@@ -112,7 +112,7 @@ def test_a_fault_that_persists_is_a_clear_error(served, fault, where, problem):
         om.PackedImageDataset(f"{url}/{fault}/99/gray", 0.5, 0.25, cache=str(cache),
                               retry={"attempts": 2, **short, **QUICK})
     assert time.monotonic() - began < 5
-    assert os.listdir(cache) == []
+    assert nothing_in(cache)
 
 
 def test_the_waits_double_from_backoff_and_stay_bounded(served, monkeypatch):

@@ -19,6 +19,7 @@ Anything wrong in the files is a ``PackError`` naming the file and the record.
 """
 from __future__ import annotations
 
+import copy
 import glob
 import os
 
@@ -43,6 +44,14 @@ class Container:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.path!r})"
+
+    def absolute(self) -> "Container":
+        """A copy whose path (or paths) are absolute: what an engine's worker is given, so
+        that it reads the files the client named whatever its working folder."""
+        resolved = copy.copy(self)
+        resolved.path = ([os.path.abspath(os.fspath(p)) for p in self.path] if isinstance(self.path, (list, tuple))
+                         else os.path.abspath(os.fspath(self.path)))
+        return resolved
 
 
 def needs(module: str, extra: str, what: str):

@@ -40,7 +40,7 @@ import weakref
 
 import numpy as np
 
-from onemodel_cy.data.packs.cache import PRESENT, open_maps
+from onemodel_cy.data.packs.cache import PRESENT, alive, open_maps
 from onemodel_cy.data.packs.format import SHARDED_FORMAT, PackError, read_manifest
 from onemodel_cy.data.packs.remote import CHUNK, check_range, redact, request_async
 
@@ -83,7 +83,9 @@ class RemoteSamples:
         self.present, self.claims = open_maps(folder, self.start.shape[0])
         # Opened now: a cache that evicts this folder unlinks its files, and what is open
         # stays writable (as its mapping stays readable). A forked child shares them.
-        self._fds = [os.open(local, os.O_WRONLY) for _, _, local in self.files]
+        # A read-only cache (its maps mapped read-only) serves the samples it holds, and no other.
+        self.writable = bool(self.present.flags.writeable)
+        self._fds = [os.open(local, os.O_WRONLY) for _, _, local in self.files] if self.writable else []
         self._finalizer = weakref.finalize(self, close_all, self._fds)
         self._pid = None
         self._lock = threading.Lock()
@@ -121,6 +123,9 @@ class RemoteSamples:
         """Return once every sample of ``indices`` is present (fetching what is missing)."""
         wanted = self.missing(indices)
         if wanted.size:
+            if not self.writable:
+                raise PackError(f"{self.folder}: the cache is read-only and sample {int(wanted[0])} (of {wanted.size} "
+                                f"asked for) is not in it; open the pack with a writable cache=")
             from fsspec.asyn import sync
             self._connect()
             sync(self.fs.loop, self._bring, wanted)
@@ -132,7 +137,7 @@ class RemoteSamples:
         if self._filling is not None and not self._filling.done():
             return
         wanted = self.missing(indices)
-        if not wanted.size:
+        if not wanted.size or not self.writable:
             return
         self._connect()
         self._pending = [f for f in self._pending if not f.done()]
@@ -148,6 +153,8 @@ class RemoteSamples:
         ``fill_error``) and passed over: the steps that need its samples ask for them again,
         and report their own failure. Ends when every request was made, or when this object
         is collected."""
+        if not self.writable:
+            return
         self._connect()
         order = np.lexsort((self.start, self.file))
         per_request = max(1, FILL_CHUNK // max(1, int(self.length.mean())))
@@ -282,19 +289,6 @@ async def fill_all(ref, order: np.ndarray, per_request: int) -> None:
                 remote.fill_error = f"{type(error).__name__}: {error}"
             del remote
     await asyncio.gather(*(worker() for _ in range(FILLING)))
-
-
-def alive(pid: int, known: dict) -> bool:
-    """Whether process ``pid`` still runs (``known`` caches the answers of one look)."""
-    if pid not in known:
-        try:
-            os.kill(pid, 0)
-            known[pid] = True
-        except ProcessLookupError:
-            known[pid] = False
-        except OSError:             # another user's process: it runs
-            known[pid] = True
-    return known[pid]
 
 
 def write_all(fd: int, data, offset: int, path: str, sample: int) -> None:

@@ -16,6 +16,7 @@ import re
 import stat
 import struct
 import tokenize
+from typing import NamedTuple
 
 import numpy as np
 
@@ -455,12 +456,20 @@ def check_shard_list(path: str, manifest: dict) -> None:
         raise PackError(f"{path}: the shards' counts add up to {total}, the manifest's count is {manifest['count']}")
 
 
+class PixelFile(NamedTuple):
+    """A shard's checked ``pixels.npy``, as ``map_pixel_files`` maps it: no descriptor held."""
+    filename: str
+    offset: int
+    nbytes: int
+    dtype: np.dtype
+
+
 def open_shards(folder: str, manifest: dict, verify: str) -> list:
     """Every shard of the sharded pack in ``folder`` opened as a pack (``load_index``) and
     checked against the pack's manifest: its manifest's SHA-256 is the one recorded (so
     each of its arrays is the one written), its count, pixel kind and vocabulary agree,
     and either every shard has keys or none. Returns ``[(shard folder, arrays)]`` in
-    manifest order. Each error names the shard."""
+    manifest order (each shard's ``pixels`` a ``PixelFile``). Each error names the shard."""
     shards = manifest["shards"]
     opened = []
     for k, entry in enumerate(shards):
@@ -481,7 +490,12 @@ def open_shards(folder: str, manifest: dict, verify: str) -> list:
                 if inner.get(field) != value:
                     raise PackError(f"{os.path.join(shard, MANIFEST)}: {field} {inner.get(field)!r}, the pack's "
                                     f"manifest records {value!r}")
-            opened.append((shard, load_index(shard, inner, verify)))
+            arrays = load_index(shard, inner, verify)
+            # Its mapping let go (and with it the descriptor numpy's memmap holds): a pack of
+            # more shards than the open-file limit opens (map_pixel_files maps each file again).
+            arrays["pixels"] = PixelFile(arrays["pixels"].filename, arrays["pixels"].offset,
+                                         arrays["pixels"].nbytes, arrays["pixels"].dtype)
+            opened.append((shard, arrays))
         except PackError as error:
             raise PackError(f"{where}: {error}") from None
     with_keys = [("keys" in arrays) for _, arrays in opened]

@@ -27,7 +27,7 @@ from onemodel_cy.core.sealed cimport sealed_copy
 from onemodel_cy.data.datasets cimport (PackedImages, PackedSource, Sample, PIXELS_FLOAT32, PIXELS_GRAY8,
                                         PIXELS_RGB8)
 from onemodel_cy.data.image import gray8_to_planar, rgb8_to_planar
-from onemodel_cy.data.packs.cache import is_exact, refuse_as_local
+from onemodel_cy.data.packs.cache import absolute, is_exact, refuse_as_local
 from onemodel_cy.data.packs.exact import RemoteSamples
 from onemodel_cy.data.packs.format import (SHARDED_FORMAT as _SHARDED, PackError, join_shards, load_index,
                                            open_manifest, open_shards)
@@ -221,14 +221,17 @@ cdef class PackedImageDataset(PackedSource):
             raise ValueError("resident_limit must be a positive number of bytes, or None (never release), "
                              "received 0")
         if _is_url(path):
-            folder = self._fetched(path, verify, cache, cache_bytes, storage_options, retry, fetch)
+            folder = self._fetched(path, verify, cache, cache_bytes, storage_options, retry, fetch, expected)
         else:
             folder = local_folder(path, cache, cache_bytes, storage_options, retry, fetch)
         self._open_folder(folder, path, mean, std, verify, limit, expected)
 
-    cdef str _fetched(self, path, verify, cache, cache_bytes, storage_options, retry, fetch):
+    cdef str _fetched(self, path, verify, cache, cache_bytes, storage_options, retry, fetch, str expected):
         """The URL half of ``_open``: the pack at ``path`` fetched into the local cache (or
-        found there), and what a pickled copy reopens it with kept; its local folder."""
+        found there), and what a pickled copy reopens it with kept; its local folder. The
+        cache folder is made absolute now (a chdir afterwards, or a worker process started
+        elsewhere, reopens the same cache); ``expected`` (unpickling): a pack replaced at its
+        URL is refused from its manifest, before anything else is fetched."""
         # verify="full" hashes every pixel file: only a whole copy can be checked so.
         if fetch is None:
             fetch = "whole" if verify == "full" else "exact"
@@ -238,7 +241,8 @@ cdef class PackedImageDataset(PackedSource):
             raise ValueError(f"verify='full' hashes every pixel file whole: it needs fetch='whole' (or no "
                              f"fetch), received fetch={fetch!r}")
         # Fetched into the local cache (or found there), then read as any pack on disk.
-        folder = _fetch(path, cache, cache_bytes, storage_options, retry, whole=fetch == "whole")
+        cache = absolute(cache)
+        folder = _fetch(path, cache, cache_bytes, storage_options, retry, whole=fetch == "whole", expected=expected)
         self.fetch = fetch
         # Copied (the top level): the caller's dict changed later does not change what a worker reopens.
         self.url, self.cache, self.cache_bytes = path, cache, cache_bytes

@@ -35,7 +35,6 @@ import math
 import os
 import random
 import re
-import secrets
 import shutil
 from collections.abc import Mapping
 from typing import NamedTuple
@@ -109,10 +108,13 @@ def redact_one(match) -> str:
     return f"{scheme}://{authority}{path}{question}{query}"
 
 
-def fetch(url: str, cache=None, cache_bytes=None, storage_options=None, retry=None, whole=False) -> str:
+def fetch(url: str, cache=None, cache_bytes=None, storage_options=None, retry=None, whole=False,
+          expected=None) -> str:
     """The local folder of the pack at ``url``, in ``cache``: fetched now unless it is there,
     whole, or (unless ``whole``) as an exact folder (``exact.py``) when the store is
-    asynchronous and the pack records each sample's SHA-256."""
+    asynchronous and the pack records each sample's SHA-256. With ``expected`` (a worker
+    reopening a pickled copy), a pack whose manifest is not that one is refused from its
+    manifest, before anything else is fetched."""
     try:
         import fsspec
     except ImportError:
@@ -126,47 +128,51 @@ def fetch(url: str, cache=None, cache_bytes=None, storage_options=None, retry=No
     from fsspec.asyn import sync
     policy = retry_policy(retry)
     fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
-    os.makedirs(cache, exist_ok=True)
-    partial = os.path.join(cache, f".fetch-{os.getpid()}-{secrets.token_hex(4)}")
-    os.mkdir(partial)
+    # One coroutine on fsspec's loop: the files of a pack (and the shards' manifests) are
+    # asked for together, so a distant store costs a few round trips, not one per file.
+    # `url` from here on is what messages show: the requests go to `root`.
+    return sync(loop_of(fs), copy, fs, root.rstrip("/"), redact(url), cache, limit, policy,
+                not whole and getattr(fs, "async_impl", False), expected)
+
+
+async def copy(fs, root: str, url: str, cache: str, limit: int, retry: Retry, exact: bool, expected=None) -> str:
+    """``fetch`` once its arguments are checked: the pack's local folder. Nothing is written
+    into the cache before a complete copy is looked for (a read-only cache serves one)."""
+    data, manifest, digest = await fetch_manifest(fs, root, url, retry)
+    if expected is not None and digest != expected:
+        raise PackError(f"{url} was replaced since it was opened: manifest SHA-256 {digest}, expected {expected}; "
+                        f"open it again")
+    local = _cache.cached(cache, digest, exact)
+    if local is not None:
+        return local
+    partial = _cache.new_partial(cache)
     try:
-        # One coroutine on fsspec's loop: the files of a pack (and the shards' manifests) are
-        # asked for together, so a distant store costs a few round trips, not one per file.
-        # `url` from here on is what messages show: the requests go to `root`.
-        return sync(loop_of(fs), copy, fs, root.rstrip("/"), redact(url), cache, partial, limit, policy,
-                    not whole and getattr(fs, "async_impl", False))
+        write_into(partial, MANIFEST, data)
+        files = await listed_files(fs, root, url, partial, manifest, retry)
+        pixels = [name for name, _, _ in files if os.path.basename(name) == "pixels.npy"]
+        exact = exact and len(pixels) == sum(os.path.basename(name) == "sample_sha256.npy" for name, _, _ in files)
+        local = _cache.folder_of(cache, digest, exact)
+        need = _cache.folder_bytes(partial) + sum(size for _, size, _ in files)     # the manifests, then the arrays
+        _cache.make_room(cache, need, limit, url, partial)
+        base = url.rstrip("/")
+        gate = asyncio.Semaphore(OPENING)       # a pack of many shards: not every file open at once
+        await gather_all(bounded(gate, fetch_header(fs, f"{root}/{name}", f"{base}/{name}",
+                                                    os.path.join(partial, name), size, retry)
+                                 if exact and name in pixels else
+                                 fetch_file(fs, f"{root}/{name}", f"{base}/{name}", os.path.join(partial, name),
+                                            size, sha256, retry))
+                         for name, size, sha256 in files)
+        if exact:
+            _cache.make_maps(partial, manifest["count"])
+        return _cache.publish(partial, local)
     finally:
         shutil.rmtree(partial, ignore_errors=True)
 
 
-async def copy(fs, root: str, url: str, cache: str, partial: str, limit: int, retry: Retry, exact: bool) -> str:
-    """``fetch`` once its arguments are checked: the pack's local folder."""
-    manifest, digest = await fetch_manifest(fs, root, url, partial, retry)
-    local = _cache.cached(cache, digest, exact)
-    if local is not None:
-        return local
-    files = await listed_files(fs, root, url, partial, manifest, retry)
-    pixels = [name for name, _, _ in files if os.path.basename(name) == "pixels.npy"]
-    exact = exact and len(pixels) == sum(os.path.basename(name) == "sample_sha256.npy" for name, _, _ in files)
-    local = _cache.folder_of(cache, digest, exact)
-    need = _cache.folder_bytes(partial) + sum(size for _, size, _ in files)     # the manifests, then the arrays
-    _cache.make_room(cache, need, limit, url)
-    base = url.rstrip("/")
-    gate = asyncio.Semaphore(OPENING)       # a pack of many shards: not every file open at once
-    await gather_all(bounded(gate, fetch_header(fs, f"{root}/{name}", f"{base}/{name}", os.path.join(partial, name),
-                                                size, retry)
-                             if exact and name in pixels else
-                             fetch_file(fs, f"{root}/{name}", f"{base}/{name}", os.path.join(partial, name), size,
-                                        sha256, retry))
-                     for name, size, sha256 in files)
-    if exact:
-        _cache.make_maps(partial, manifest["count"])
-    try:
-        os.rename(partial, local)   # onto an existing folder it fails: another process fetched it first
-    except OSError:
-        if not os.path.isdir(local):
-            raise
-    return local
+def write_into(folder: str, name: str, data: bytes) -> None:
+    path = os.path.join(folder, name)
+    with _cache.named(path), open(path, "wb") as f:
+        f.write(data)
 
 
 async def bounded(gate, coroutine):
@@ -201,24 +207,21 @@ async def fetch_header(fs, remote: str, url: str, path: str, size: int, retry: R
             head = await request_async(fs, remote, url, retry, 0, length, least=length)
     except FileNotFoundError:
         raise PackError(f"{url}: missing (the manifest lists it)") from None
-    with open(path, "wb") as f:
+    with _cache.named(path), open(path, "wb") as f:
         f.write(head[:length])
         f.truncate(size)
 
 
-async def fetch_manifest(fs, root: str, url: str, folder: str, retry: Retry) -> tuple[dict, str]:
-    """The manifest at ``root``, read up to ``MANIFEST_BYTES`` and one more, checked by the
-    reader's own rules (``parse_manifest``: every name it gives, every size), then written
-    into ``folder``."""
+async def fetch_manifest(fs, root: str, url: str, retry: Retry) -> tuple[bytes, dict, str]:
+    """``(bytes, manifest, sha256)`` of the manifest at ``root``, read up to
+    ``MANIFEST_BYTES`` and one more, checked by the reader's own rules (``parse_manifest``:
+    every name it gives, every size). Nothing is written."""
     where = f"{url.rstrip('/')}/{MANIFEST}"
     try:
         data = await request_async(fs, f"{root}/{MANIFEST}", where, retry, most=MANIFEST_BYTES)
     except FileNotFoundError:
         raise PackError(f"{where}: missing; {url} is not a pack") from None
-    parsed = parse_manifest(data, where)
-    with open(os.path.join(folder, MANIFEST), "wb") as f:
-        f.write(data)
-    return parsed
+    return (data, *parse_manifest(data, where))
 
 
 async def listed_files(fs, root: str, url: str, partial: str, manifest: dict, retry: Retry) -> list:
@@ -228,16 +231,17 @@ async def listed_files(fs, root: str, url: str, partial: str, manifest: dict, re
     if manifest["format"] != SHARDED_FORMAT:
         return [(entry["file"], entry["bytes"], entry["sha256"]) for entry in manifest["arrays"].values()]
     base = url.rstrip("/")
-    for entry in manifest["shards"]:
-        os.mkdir(os.path.join(partial, entry["name"]))
-    inners = await gather_all(fetch_manifest(fs, f"{root}/{entry['name']}", f"{base}/{entry['name']}",
-                                             os.path.join(partial, entry["name"]), retry)
+    inners = await gather_all(fetch_manifest(fs, f"{root}/{entry['name']}", f"{base}/{entry['name']}", retry)
                               for entry in manifest["shards"])
     files = []
-    for entry, (inner, digest) in zip(manifest["shards"], inners):
+    for entry, (data, inner, digest) in zip(manifest["shards"], inners):
         if digest != entry["manifest_sha256"] or inner["format"] == SHARDED_FORMAT:
             raise PackError(f"{base}/{entry['name']}/{MANIFEST}: SHA-256 {digest}, the pack's manifest records "
                             f"{entry['manifest_sha256']} (the shard was replaced or changed)")
+        folder = os.path.join(partial, entry["name"])
+        with _cache.named(folder):
+            os.mkdir(folder)
+        write_into(folder, MANIFEST, data)
         files += [(f"{entry['name']}/{a['file']}", a["bytes"], a["sha256"]) for a in inner["arrays"].values()]
     return files
 
@@ -247,7 +251,7 @@ async def fetch_file(fs, remote: str, url: str, path: str, size: int, sha256: st
     SHA-256 ``sha256``."""
     digest = hashlib.sha256()
     try:
-        with open(path, "wb") as out:
+        with _cache.named(path), open(path, "wb") as out:
             for start in range(0, size, CHUNK):
                 # The last range asks for one byte past the manifest's size: a file grown since is found.
                 end = size + 1 if start + CHUNK >= size else start + CHUNK

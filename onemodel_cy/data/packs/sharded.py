@@ -26,10 +26,11 @@ import dataclasses
 import os
 import secrets
 import shutil
+import socket
 import time
 
 from onemodel_cy.core.validate import note_exception
-from onemodel_cy.data.packs.format import INT32_END, SHARDED_FORMAT, VERSION, open_manifest, write_manifest
+from onemodel_cy.data.packs.format import INT32_END, SHARDED_FORMAT, VERSION, PackError, open_manifest, write_manifest
 from onemodel_cy.data.packs.publish import publish, remove_path, sync_folder
 from onemodel_cy.data.packs.writer import PackReport, _PackWriter, is_container, recorded_vocabulary, with_progress
 from onemodel_cy.data.vocabulary import with_blank
@@ -53,9 +54,12 @@ class ShardJob:
     threads: int = 1
     dataset: object = None      # a dataset: the whole dataset (its items start .. stop - 1 packed)
     container: object = None    # a container (containers.py): its paths and options, its records in entries
+    sizes: list = None          # a folder on an engine: the bytes of each entry's file, as the client saw it
 
     def samples(self):
         """``(stream of checked samples, skipped list)`` of this partition, as ``pack`` reads them."""
+        if self.sizes is not None:
+            self.check_files()
         if self.entries is not None:
             from onemodel_cy.data.packs.sources import decoded
             skipped = []
@@ -63,6 +67,21 @@ class ShardJob:
                            self.container), skipped
         from onemodel_cy.data.packs.sources import dataset_samples
         return dataset_samples(self.dataset, self.start, self.stop)
+
+    def check_files(self) -> None:
+        """On an engine's worker: each file this partition names (by its absolute path) is
+        the size the client saw; another is a ``PackError``, not another folder's images
+        paired with the client's texts."""
+        for (position, name, path, _), size in zip(self.entries, self.sizes):
+            try:
+                found = os.path.getsize(path)
+            except OSError as error:
+                found = f"unreadable ({error.strerror})"
+            if found != size:
+                raise PackError(f"{path}: {found if isinstance(found, str) else f'{found} bytes'} on this worker "
+                                f"({socket.gethostname()}), {size} bytes where the pack was planned (labels line "
+                                f"{position + 1}, {name!r}): the engine's workers must see the source at the same "
+                                f"path as the client")
 
     def describe(self) -> str:
         if self.source == "folder":
@@ -98,6 +117,13 @@ def plan(source, shards, *, labels, height, mode, vocabulary, workers, engine):
     """``(jobs, skipped, vocabulary, source name)``: the source cut into ``shards`` contiguous
     partitions, ``shards`` at most the number of items to pack."""
     container = is_container(source)
+    # Every path resolved here, on the client: a task reads what the client named, whatever
+    # its worker's working folder (a relative path on a worker is its own folder's).
+    if container:
+        source = source.absolute()
+    elif isinstance(source, (str, os.PathLike)):
+        source = os.path.abspath(os.fspath(source))
+        labels = None if labels is None else os.path.abspath(os.fspath(labels))
     if container or isinstance(source, (str, os.PathLike)):
         from onemodel_cy.data.packs.sources import container_plan, decode_threads, folder_plan
         if container:
@@ -115,7 +141,10 @@ def plan(source, shards, *, labels, height, mode, vocabulary, workers, engine):
         common = dict(source=name, vocabulary=symbols, ids=ids, height=height, mode=mode, threads=threads,
                       container=source if container else None)
         cut = partitions(len(entries), shards)
-        return ([ShardJob(shard_name(k), start=a, stop=b, entries=entries[a:b], **common)
+        # On an engine, the bytes of each image as the client sees it: the task checks it reads those files.
+        sizes = [os.path.getsize(entry[2]) for entry in entries] if engine != "local" and not container else None
+        return ([ShardJob(shard_name(k), start=a, stop=b, entries=entries[a:b],
+                          sizes=None if sizes is None else sizes[a:b], **common)
                  for k, (a, b) in enumerate(cut)], skipped, symbols, name)
     if hasattr(source, "get_sample"):
         symbols = recorded_vocabulary(vocabulary)
