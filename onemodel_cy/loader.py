@@ -27,6 +27,7 @@ from onemodel_cy.core.validate import G_END, check_global_step, check_integer, c
 from onemodel_cy.profile import LoaderProfile
 from onemodel_cy.stream import BatchStream
 from onemodel_cy.workers.protocol import DEFAULT_JOIN_TIMEOUT, MAX_PREFETCH, MAX_WORKERS
+from onemodel_cy.workers.choice import choose_worker_mode, warn_choice
 from onemodel_cy.workers.registry import close_engines
 
 __all__ = ["DataLoader", "threads_available"]
@@ -141,9 +142,14 @@ class DataLoader:
         the batch each is building. A worker still inside ``get_sample``, the transform or
         the augmentation after that is left to end by itself (it is a daemon thread) and
         reported with a :class:`StuckWorkerWarning`, which Python shows by default.
-    worker_mode : {"thread", "process"}, default "thread"
+    worker_mode : {"auto", "thread", "process"}, default "auto"
         What the ``workers`` are: threads, or processes for a dataset or transform that is
-        mostly Python (see docs/workers.md). The stream is the same either way.
+        mostly Python (see docs/workers.md). ``"auto"`` chooses from the pipeline: threads
+        when it runs without the GIL (a packed view with no transform or a built-in one),
+        processes when it has Python stages (your ``get_sample``, transform or
+        augmentation) and they can run there, else threads with a one-line warning saying
+        why; ``loader.worker_mode`` then reads as the mode chosen. The stream is the same
+        whatever the mode.
 
     Notes
     -----
@@ -180,7 +186,7 @@ class DataLoader:
                  transform: Optional[Callable[["Sample", "SampleRng"], "Sample"]] = None,
                  rank: int = 0, world_size: int = 1, timeout: Optional[float] = None,
                  join_timeout: float = DEFAULT_JOIN_TIMEOUT, persistent_workers: bool = True,
-                 worker_mode: str = "thread") -> None:
+                 worker_mode: str = "auto") -> None:
         if not callable(getattr(dataset, "get_sample", None)) or not hasattr(dataset, "__len__"):
             raise TypeError(f"dataset must provide __len__ and get_sample(index), received "
                             f"{type(dataset).__name__}")
@@ -428,8 +434,34 @@ class DataLoader:
     timeout = _Setting(lambda value, name: check_seconds(value, name, none_ok=True, zero_ok=False))
     join_timeout = _Setting(lambda value, name: check_seconds(value, name, none_ok=False, zero_ok=True))
     persistent_workers = _Setting(_check_bool)
-    WORKER_MODES = ("thread", "process")
-    worker_mode = _Setting(_check_worker_mode)     # "thread" or "process": what a stream's workers are
+    WORKER_MODES = ("auto", "thread", "process")
+
+    @property
+    def worker_mode(self) -> str:
+        """What a stream's workers are: ``"thread"`` or ``"process"``. Set to ``"auto"`` (the
+        default), it reads as the mode chosen for this pipeline (``workers/choice.py``:
+        threads for a GIL-free pipeline, processes for Python stages where they can run,
+        else threads and a one-line warning), chosen when first needed and kept until
+        ``worker_mode`` is set again; ``worker_mode_setting`` keeps what was set."""
+        mode = self._worker_mode
+        if mode == "auto":
+            if self._auto_mode is None:
+                self._auto_mode, self._auto_warning = choose_worker_mode(self._pipeline)
+            if self._auto_warning is not None and self._stream_workers():     # said once, when it matters
+                warning, self._auto_warning = self._auto_warning, None
+                warn_choice(warning)
+            mode = self._auto_mode
+        return mode
+
+    @worker_mode.setter
+    def worker_mode(self, mode: str) -> None:
+        self._worker_mode = _check_worker_mode(mode, "worker_mode")
+        self._auto_mode = self._auto_warning = None
+
+    @property
+    def worker_mode_setting(self) -> str:
+        """``worker_mode`` as set: ``"auto"``, ``"thread"`` or ``"process"``."""
+        return self._worker_mode
 
     def _stream_workers(self) -> int:
         """The worker count a stream runs with: 0 where threads are unavailable."""
@@ -460,6 +492,7 @@ class DataLoader:
         streams. Its position and settings go with it."""
         state = self.__dict__.copy()
         state.pop("_idle_engine", None)
+        state["_auto_mode"] = state["_auto_warning"] = None      # chosen again where the copy runs
         return state
 
     def __repr__(self):
@@ -467,4 +500,10 @@ class DataLoader:
                 f"seed={self.seed}, workers={self.workers}, prefetch={self.prefetch}, "
                 f"transform={self.transform!r}, rank={self.rank}, world_size={self.world_size}, "
                 f"timeout={self.timeout}, join_timeout={self.join_timeout}, "
-                f"persistent_workers={self.persistent_workers}, worker_mode={self.worker_mode!r})")
+                f"persistent_workers={self.persistent_workers}, worker_mode={self._mode_text()})")
+
+    def _mode_text(self) -> str:
+        """``worker_mode`` in the repr: the mode, or ``'auto'`` and the mode it chose."""
+        if self._worker_mode != "auto":
+            return repr(self._worker_mode)
+        return f"'auto' ({self.worker_mode})"

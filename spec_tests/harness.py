@@ -306,6 +306,7 @@ class Pipe:
         return om.ImageBatchCollator(self.width_multiple, self.pad_value, AUGMENTATIONS[self.augmentation][0])
 
     def loader(self, workers=0, prefetch=2, rank=0, world_size=1, dataset=None, **kw):
+        kw.setdefault("worker_mode", "thread")      # the tests of threads; in_mode() names either kind
         return om.DataLoader(self.dataset() if dataset is None else dataset, self.om_sampler(),
                              self.collator(), seed=self.seed, workers=workers, prefetch=prefetch,
                              transform=TRANSFORMS[self.transform][0], rank=rank, world_size=world_size, **kw)
@@ -386,7 +387,8 @@ def _failing_case(kind, pipe, g, slot, delay, workers, prefetch, mode="thread"):
 
     if kind == "transform":
         garbage = GarbageAt(om.derive(pipe.seed, 0, g, slot, 0), delay)
-        loader = om.DataLoader(base, sampler, pipe.collator(), seed=pipe.seed, transform=garbage, **ring)
+        loader = om.DataLoader(base, sampler, pipe.collator(), seed=pipe.seed, transform=garbage,
+                               **{"worker_mode": "thread", **ring})
 
         def check(error):
             message = str(error)
@@ -401,7 +403,7 @@ def _failing_case(kind, pipe, g, slot, delay, workers, prefetch, mode="thread"):
     short = om.SyntheticLineImages(short_length, pipe.height, pipe.min_width, pipe.max_width,
                                    pipe.channels, pipe.ds_seed)
     loader = om.DataLoader(PyDataset(short) if kind == "index_generic" else short, full, pipe.collator(),
-                           seed=pipe.seed, **ring)
+                           seed=pipe.seed, **{"worker_mode": "thread", **ring})
     return loader, IndexError, lambda error: None, short_length // pipe.batch_size
 
 

@@ -77,7 +77,7 @@ AUGMENTATIONS = {"none": None, "gain_offset": om.GainOffset(0.3, 0.2), "noise": 
 def loader_of(dataset, sampler_name, batch, workers, prefetch, aug, multiple, **kw):
     return om.DataLoader(dataset, sampler_of(sampler_name, len(dataset), batch, kw.get("world_size", 1)),
                          om.ImageBatchCollator(multiple, -1.0, AUGMENTATIONS[aug]), seed=12,
-                         workers=workers, prefetch=prefetch, **kw)
+                         workers=workers, prefetch=prefetch, **{"worker_mode": "thread", **kw})
 
 
 class OwnGetSample(om.PackedImageDataset):
@@ -97,7 +97,7 @@ def test_the_lane_serves_only_loaders_whose_every_build_can_take_it(tmp_path):
         "transform": (loader_of(ds, "shuffled", 4, 2, 3, "none", 1, transform=lambda s, rng: s), ThreadEngine),
         "python augmentation": (om.DataLoader(ds, om.ShuffledSampler(30, 4, 3),
                                               om.ImageBatchCollator(augmentation=lambda image, rng: None),
-                                              seed=12, workers=2), ThreadEngine),
+                                              seed=12, workers=2, worker_mode="thread"), ThreadEngine),
         "no packed view": (loader_of(PyDataset(ds), "shuffled", 4, 2, 3, "none", 1), ThreadEngine),
     }
     cases["a subclass with its own get_sample"] = (loader_of(OwnGetSample(ds.path, 0.5, 0.25), "shuffled", 4, 2, 3,

@@ -34,6 +34,15 @@ from onemodel_cy.collate.fetch import build_batch
 cnp.import_array()
 
 
+cdef bint _builtin_get_sample(dataset):
+    """Whether ``dataset``'s ``get_sample`` is a built-in one: the class that defines it is
+    an extension type (compiled), not a class written in Python (a heap type)."""
+    for klass in type(dataset).__mro__:
+        if "get_sample" in klass.__dict__:
+            return not (klass.__flags__ & (1 << 9))      # Py_TPFLAGS_HEAPTYPE
+    return False
+
+
 cdef class Pipeline:
     """Global step ``g`` -> slots ``[lo, hi)`` of its global batch (§1), as an ``ImageBatch``.
 
@@ -112,6 +121,23 @@ cdef class Pipeline:
         return ((self.transform is None or runs_program(self.transform)) and isinstance(self.dataset, PackedSource)
                 and (<PackedSource>self.dataset).packed_view(&view)
                 and (not collator._python_augmentation or collator.program is not None))
+
+    def python_stages(self):
+        """The stages of ``build`` that run Python code holding the GIL, by name, in build
+        order: ``"dataset"`` (a ``get_sample`` written in Python: a dataset that is not a
+        built-in one, or a subclass of one with its own ``get_sample``), ``"transform"`` (one
+        that is not built from ``onemodel_cy.augment``), ``"augmentation"`` (likewise). Empty
+        for a pipeline that ``splits()``. ``worker_mode="auto"`` reads it
+        (``workers/choice.py``)."""
+        cdef ImageBatchCollator collator = self.collator
+        stages = []
+        if not _builtin_get_sample(self.dataset):
+            stages.append("dataset")
+        if self.transform is not None and not runs_program(self.transform):
+            stages.append("transform")
+        if collator._python_augmentation and collator.program is None:
+            stages.append("augmentation")
+        return tuple(stages)
 
     cdef object prepare(self, i64 g, Workspace ws, Prepared* out):
         """The first half of ``build(g, ws)``: the batch, its block not yet written, and in

@@ -51,6 +51,7 @@ import time
 import warnings
 import weakref
 
+from onemodel_cy.workers.choice import check_main_module, unpicklable_part
 from onemodel_cy.workers.process_link import Worker, context, end_all
 from onemodel_cy.workers.process_wire import BOARD, ERROR, FATAL, GROWN, MAP, READY, raised
 from onemodel_cy.workers.protocol import StuckWorkerWarning
@@ -66,17 +67,14 @@ _LONGEST_POLL_MS = 2**31 - 1     # poll() takes a C int of milliseconds: a longe
 
 def pickled_pipeline(pipeline) -> bytes:
     """The pipeline a worker builds with, pickled; ``TypeError`` naming the part that does not pickle."""
-    parts = {"dataset": pipeline.dataset, "sampler": pipeline.sampler, "collator": pipeline.collator,
-             "transform": pipeline.transform}
-    for name, obj in parts.items():
-        try:
-            pickle.dumps(obj)
-        except Exception as exc:
-            raise TypeError(
-                f"worker_mode='process' sends the {name} to every worker process by pickling it, and "
-                f"the {name} {type(obj).__module__}.{type(obj).__qualname__} cannot be pickled: "
-                f"{type(exc).__name__}: {exc}. Make it picklable (defined at module level, no open "
-                f"files, locks or lambdas), or use worker_mode='thread'") from exc
+    part = unpicklable_part(pipeline)
+    if part is not None:
+        name, obj, exc = part
+        raise TypeError(
+            f"worker_mode='process' sends the {name} to every worker process by pickling it, and "
+            f"the {name} {type(obj).__module__}.{type(obj).__qualname__} cannot be pickled: "
+            f"{type(exc).__name__}: {exc}. Make it picklable (defined at module level, no open "
+            f"files, locks or lambdas), or use worker_mode='thread'") from exc
     return pickle.dumps(pipeline)
 
 
@@ -97,6 +95,7 @@ class ProcessEngine(EngineBase):
     def __init__(self, loader, workers, start, limit):
         self.pipeline = loader._pipeline
         payload = pickled_pipeline(self.pipeline)      # before any process starts
+        check_main_module()                             # a __main__ no worker can import: one clear error
         self.owner = weakref.ref(loader)
         self.workers, self.prefetch = workers, loader.prefetch
         self.join_timeout = loader.join_timeout
