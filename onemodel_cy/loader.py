@@ -130,8 +130,11 @@ class DataLoader:
         Rank ``r`` of ``w`` receives slots ``[r*B/w, (r+1)*B/w)`` of every global batch,
         with global slot numbers in every ``derive``; ``B`` must be divisible by ``w``.
     timeout : float, optional
-        With workers, the longest wait for one batch before ``TimeoutError`` (as in
-        PyTorch's ``DataLoader``); by default the consumer waits while a worker is alive.
+        The longest wait for one batch before ``TimeoutError`` (as in PyTorch's
+        ``DataLoader``): for a worker to build it, and (at any number of workers) for the
+        samples of a pack at a URL that the consumer fetches for a step it builds or
+        prepares itself (docs/packed-format.md). By default the consumer waits while a
+        worker is alive, and for samples as long as the fetch's ``retry`` lets it.
     persistent_workers : bool, default True
         Worker threads belong to the loader: a stream that closes parks them for the next
         one, which then starts without starting threads (PyTorch's option of the same name,

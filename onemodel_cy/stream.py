@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from onemodel_cy.collate.profile import ConsumerTimer
 from onemodel_cy.core.validate import G_END, check_global_step
+from onemodel_cy.data.waits import WaitBound, bounded
 from onemodel_cy.workers.registry import acquire_engine, release_engine
 
 if TYPE_CHECKING:
@@ -75,7 +76,15 @@ class BatchStream:
         # else starts one (None with 0 workers); the engine's window knows whether the
         # consumer builds ``start`` itself (a new engine's first step, while its workers start).
         held, self._engine = self._engine, None
-        self._engine = acquire_engine(self.loader, self.loader._stream_workers(), start, limit, held)
+        with bounded(self._bound(start)):      # a packed lane prepares its first steps here
+            self._engine = acquire_engine(self.loader, self.loader._stream_workers(), start, limit, held)
+
+    def _bound(self, g):
+        """The bound on the consumer's own waits for remote samples while it brings step ``g``
+        (``data/waits.py``): the loader's ``timeout``, as its waits for a worker; None
+        without one."""
+        timeout = self.loader.timeout
+        return None if timeout is None else WaitBound(timeout, g)
 
     def __iter__(self) -> "BatchStream":
         return self
@@ -125,21 +134,31 @@ class BatchStream:
             timer = self._timer            # where the time went (loader.profile())
             timer.begin()
             try:
-                # None: 0 workers, or a step the engine's window left to the consumer.
-                batch = None if engine is None else engine.take(g, self.loader.timeout)
-                if batch is None:
-                    batch = self.loader._pipeline.build(g, self._workspace)
-                    timer.built()
-                    if engine is not None:
-                        engine.skip(g)
+                if self.loader.timeout is None:
+                    batch = self._take_or_build(g, engine, timer)
                 else:
-                    timer.waited()
+                    # The loader's timeout bounds the consumer's own waits for a remote pack's
+                    # samples too (building this step, the lane preparing the next ones).
+                    with bounded(self._bound(g)):
+                        batch = self._take_or_build(g, engine, timer)
             finally:
                 self._taking = False
         except BaseException:
             self._end(failed=True)
             raise
         self.next_g = g + 1
+        return batch
+
+    def _take_or_build(self, g, engine, timer):
+        # None: 0 workers, or a step the engine's window left to the consumer.
+        batch = None if engine is None else engine.take(g, self.loader.timeout)
+        if batch is None:
+            batch = self.loader._pipeline.build(g, self._workspace)
+            timer.built()
+            if engine is not None:
+                engine.skip(g)
+        else:
+            timer.waited()
         return batch
 
     def _read_ahead(self, g):

@@ -1,4 +1,4 @@
-"""The local cache of packs from a URL (issue 36, items 6, 8, 9, 10, 14, 15, 16): it heals or says so.
+"""The local cache of packs from a URL (issue 36, items 6, 8, 9, 10, 11, 14, 15, 16): it heals or says so.
 
 Against a real nginx on 127.0.0.1 serving packs (``remote_packs.py``), and, where a disk must
 be full or read-only, a real tmpfs of 1 MiB mounted for the test (``small_disk``: skipped
@@ -6,7 +6,8 @@ where the sandbox does not let the tests mount one). A full disk under an exact 
 ``OSError`` naming the file, never a SIGBUS (its maps were sparse files written through
 memory maps); a read-only cache holding a complete copy serves it; a copy missing a file or
 a map is fetched again; eviction removes only the cache's own folders, and the partial
-folders of fetches whose process is gone; ``cache=`` is made absolute on opening; a pack
+folders of fetches whose process is gone; a pack of more shards than the open-file limit is
+fetched sample by sample all the same; ``cache=`` is made absolute on opening; a pack
 replaced at its URL is refused from its manifest before anything else is fetched. Needs the
 ``remote`` extra (fsspec, aiohttp).
 """
@@ -28,6 +29,7 @@ import pytest
 
 import onemodel_cy as om
 from onemodel_cy.data.packs.format import PackError
+from few_files import digest_of, open_with_few_files
 from remote_packs import free_port, items, nginx, running, same, write_packs
 
 pytestmark = pytest.mark.usefixtures("without_fsync")     # conftest.py
@@ -240,6 +242,22 @@ def test_eviction_removes_only_the_caches_own_folders(served, tmp_path):
     assert (cache / "results" / "scores.txt").read_text() == "0.93\n"
     same(om.PackedImageDataset(str(cache / "my-pack"), *GRAY), om.PackedImageDataset(str(root / "gray"), *GRAY))
     same(gray, om.PackedImageDataset(str(root / "gray"), *GRAY))        # still mapped: its files unlinked only
+
+
+# ---------------------------------------------------------------- item 11: more shards than open files, at a URL
+
+def test_a_pack_at_a_url_of_more_shards_than_the_open_file_limit_is_fetched(served, tmp_path):
+    """Item 11 at a URL: 100 shards opened, then fetched sample by sample in a shuffled
+    order, by a process whose soft open-file limit is 64: as many requests at once as the
+    descriptors left allow, the shards' files kept open a few at a time (was: "Too many
+    open files" while the pack was opened, then one file open per shard). Every sample is
+    the local pack's."""
+    root, url = served
+    om.pack_sharded(om.SyntheticTextLines(100, seed=3), str(root / "many-shards"), shards=100, progress=False)
+    local = om.PackedImageDataset(str(root / "many-shards"))
+    said = open_with_few_files(64, f"{url}/many-shards", tmp_path / "cache")
+    assert said.startswith("opened 100 ") and said.endswith(digest_of(local)), said
+    assert os.listdir(tmp_path / "cache") == [local.manifest_sha256 + "-exact"]      # fetched sample by sample
 
 
 # ---------------------------------------------------------------- item 9: partial fetches

@@ -21,6 +21,7 @@ import pytest
 import onemodel_cy as om
 from onemodel_cy.cli import main
 from onemodel_cy.data.packs.format import PackError
+from few_files import digest_of, open_with_few_files
 from harness import batch_bits
 from line_images import random_png_lines
 
@@ -312,34 +313,9 @@ def test_cli_writes_a_sharded_pack_and_names_bad_shard_options(folder, gray, tmp
     assert not os.path.exists(tmp_path / "x") and [n for n in os.listdir(tmp_path) if n.startswith(".")] == []
 
 
-FEW_FILES = r"""
-import os, resource, sys
-import onemodel_cy as om
-limit = int(sys.argv[1])
-resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
-try:
-    dataset = om.PackedImageDataset(sys.argv[2], **({"cache": sys.argv[3]} if len(sys.argv) > 3 else {}))
-    print("opened", len(dataset), dataset.get_sample(len(dataset) - 1).image.shape)
-except Exception as error:
-    print(type(error).__name__, error)
-"""
-
-
-def open_with_few_files(limit, *args):
-    """What a fresh interpreter limited to ``limit`` open files says opening ``args[0]`` (a
-    path or URL; ``args[1]``: the cache)."""
-    import subprocess
-    import sys
-    here = os.path.dirname(os.path.abspath(__file__))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(here), os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run([sys.executable, "-c", FEW_FILES, str(limit), *map(str, args)], env=env,
-                          cwd=os.path.dirname(here), capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
-
-
 def test_a_pack_of_more_shards_than_the_open_file_limit_opens(tmp_path):
     """Issue 36, item 11: 100 shards opened by a process limited to 64 open files: each
     shard's pixel file is mapped and closed (no descriptor kept per shard)."""
     om.pack_sharded(om.SyntheticTextLines(100, seed=3), str(tmp_path / "many"), shards=100, progress=False)
-    assert open_with_few_files(64, tmp_path / "many").startswith("opened 100 ")
+    said = open_with_few_files(64, tmp_path / "many")
+    assert said.startswith("opened 100 ") and said.endswith(digest_of(om.PackedImageDataset(str(tmp_path / "many"))))

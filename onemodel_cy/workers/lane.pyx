@@ -23,7 +23,10 @@ Errors: a step whose preparation raises is built again by the pipeline's ``build
 the consumer, so its exception is the one every other route raises (a build that then
 succeeds is used as it is); it is raised at its step, and nothing after it is posted. A
 fill whose built-in transform could not allocate its kernels' memory is built the same way
-when its step is taken.
+when its step is taken. A preparation that outlasts the loader's ``timeout`` waiting for a
+remote pack's samples (``data/waits.py``) is no error of its step: preparing stops there,
+a later call prepares that step again (its fetch went on meanwhile), and ``take`` raises
+the ``WaitTimeout`` when the step is the one it takes.
 
 Waiting: a consumer whose step is not done, and a worker with nothing posted, spin
 without the GIL for up to ``SPIN_NS`` (yielding the core every microsecond or so), then
@@ -57,6 +60,7 @@ from onemodel_cy.collate.collator cimport Workspace
 from onemodel_cy.collate.pipeline cimport Pipeline, Prepared, fill
 from onemodel_cy.workers.window cimport StepWindow
 
+from onemodel_cy.data.waits import WaitTimeout
 from onemodel_cy.workers.protocol import StuckWorkerWarning
 from onemodel_cy.workers.window import EngineBase, close_batches
 
@@ -327,6 +331,7 @@ cdef class LaneEngine:
     cdef readonly object _state         # RLock over everything below (EngineBase's lock)
     cdef list batches, workspaces, steps
     cdef dict errors                    # g -> the exception its build raised
+    cdef object late                    # the WaitTimeout that stopped the last dispatch, or None
     cdef bint shut
     cdef object ended                   # set once shutdown is done
     cdef object __weakref__
@@ -376,11 +381,19 @@ cdef class LaneEngine:
 
     cdef dispatch(self):
         """(Under _state.) Prepare and post every step of the window not yet posted."""
+        self.late = None
         if self.owner() is None or self.closed:
             return
         while self.window.has_room():
-            self.prepare(self.window.next_out)      # handed out once it is posted or built:
-            self.window.hand_out()                  # a Ctrl-C meanwhile leaves no hole
+            try:
+                self.prepare(self.window.next_out)  # handed out once it is posted or built:
+            except WaitTimeout as error:            # a Ctrl-C meanwhile leaves no hole
+                # The loader's timeout passed while the consumer waited for this step's
+                # remote samples: a later call prepares it (take raises this if it is the
+                # step taken), and the fetch goes on meanwhile.
+                self.late = error
+                return
+            self.window.hand_out()
 
     cdef prepare(self, g):
         """Post step g to the workers; a step that cannot take the split, or whose
@@ -405,14 +418,14 @@ cdef class LaneEngine:
                 with nogil:
                     self.lane.post(k)
                 return
-        except KeyboardInterrupt:       # the consumer's own Ctrl-C, not the step's
+        except (KeyboardInterrupt, WaitTimeout):    # the consumer's own Ctrl-C or timeout, not the step's
             raise
         except BaseException:
             pass
         try:
             batch = self.pipeline.build(g, ws)
             self.pool_window.fit(batch.nbytes)
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, WaitTimeout):
             raise
         except BaseException as error:  # delivered at its step, as the thread engine does
             self.errors[g] = error
@@ -447,6 +460,8 @@ cdef class LaneEngine:
                 if g in self.errors:
                     self.window.took(g)
                     raise self.errors.pop(g)
+                if self.late is not None and self.window.next_out == g:
+                    raise self.late         # its samples did not arrive within the timeout
                 if self.owner() is None:
                     raise RuntimeError(f"the stream's DataLoader was collected: step {g} was never built")
                 raise RuntimeError(f"ring slot {k} holds step {self.steps[k]}, expected {g}")   # never

@@ -32,6 +32,7 @@ import warnings
 import weakref
 
 from onemodel_cy.collate.bufferpool import PoolWindow
+from onemodel_cy.data.waits import WaitBound, bounded
 from onemodel_cy.workers.protocol import StuckWorkerWarning
 from onemodel_cy.workers.window import EngineBase, StepWindow, close_batches
 
@@ -70,6 +71,9 @@ class ThreadEngine(EngineBase):
         self.alive = workers
         self.waiting = 0              # workers waiting in claim for room (idle() counts them)
         self.join_timeout = loader.join_timeout
+        # Each worker's waits for a remote pack's samples, called off when the engine closes
+        # (data/waits.py): closing joins a worker at once, whatever the server does.
+        self.bounds = [WaitBound() for _ in range(workers)]
         # Batches alive at once: the ring's slots, one per worker, the consumer's.
         self.pool_window = PoolWindow.for_stream(loader.collator.pool, self.prefetch, workers)
         self.threads = [threading.Thread(target=_work, name=f"onemodel_cy-worker-{k}",
@@ -217,6 +221,8 @@ class ThreadEngine(EngineBase):
             self.steps = [-1] * self.prefetch
             self.room.notify_all()
             self._wake_consumer()
+        for bound in self.bounds:
+            bound.call_off()
         return stale
 
     def signal_close(self):
@@ -261,18 +267,19 @@ class ThreadEngine(EngineBase):
 def _work(engine, k, workspace):
     """A worker: claim the next step inside the window, build it, leave it in its slot."""
     try:
-        while True:
-            claimed = engine.claim()
-            if claimed is None or engine.owner() is None:
-                return
-            g, generation = claimed
-            try:
-                batch, error = engine.pipeline.build(g, workspace), None
-                # By the worker that built it, so the consumer allocates nothing for it.
-                engine.pool_window.fit(batch.nbytes)
-            except BaseException as exc:  # delivered to the consumer at step g
-                batch, error = None, exc
-            engine.deliver(g, generation, batch, error)
-            del batch, error
+        with bounded(engine.bounds[k]):
+            while True:
+                claimed = engine.claim()
+                if claimed is None or engine.owner() is None:
+                    return
+                g, generation = claimed
+                try:
+                    batch, error = engine.pipeline.build(g, workspace), None
+                    # By the worker that built it, so the consumer allocates nothing for it.
+                    engine.pool_window.fit(batch.nbytes)
+                except BaseException as exc:  # delivered to the consumer at step g
+                    batch, error = None, exc
+                engine.deliver(g, generation, batch, error)
+                del batch, error
     finally:
         engine.worker_ended()

@@ -12,7 +12,10 @@ place). The dataset maps that folder as any pack; :class:`RemoteSamples` fills i
   returns once every one of those samples is present: the missing ones are fetched now,
   their byte ranges sorted and coalesced per shard file (samples at most ``GAP`` bytes
   apart share a request of at most ``CHUNK`` bytes), the requests in parallel. A failure
-  raises a ``PackError`` there, so the loader reports it at the step that needed it.
+  raises a ``PackError`` there, so the loader reports it at the step that needed it. A
+  thread under a bound (``data/waits.py``: the loader's consumer under its ``timeout``, a
+  worker thread whose engine may close) stops waiting when the bound says so; the fetch
+  goes on and fills the cache.
 - ``ahead(indices)`` (the stream, for the coming steps) starts the same fetch without
   waiting: what it brings is in place when the step is built; what it could not bring
   the step's own ``ensure`` asks for again.
@@ -33,6 +36,7 @@ checked bytes twice.
 from __future__ import annotations
 
 import asyncio
+import collections
 import hashlib
 import os
 import threading
@@ -40,9 +44,11 @@ import weakref
 
 import numpy as np
 
+from onemodel_cy.data import waits
 from onemodel_cy.data.packs.cache import PRESENT, alive, open_maps
 from onemodel_cy.data.packs.format import SHARDED_FORMAT, PackError, read_manifest
-from onemodel_cy.data.packs.remote import CHUNK, check_range, redact, request_async
+from onemodel_cy.data.packs.remote import (CHUNK, OUT_OF_DESCRIPTORS, at_once, check_range, out_of_descriptors, redact,
+                                           request_async)
 
 POLL = 0.002                # seconds between two looks at samples another process is fetching
 GAP = 64 << 10              # bytes between two samples that one request still spans
@@ -50,6 +56,7 @@ FILL_CHUNK = 16 << 20       # the same for fill(): fewer, larger requests (a sto
 REQUESTS = 64               # requests in flight per process
 PENDING = 64                # read-ahead fetches waiting per process; more are not queued
 FILLING = 4                 # background requests at once (fetch="background")
+KEEP_OPEN = 256             # shard files kept open at most (fewer near the open-file limit)
 
 
 class RemoteSamples:
@@ -71,7 +78,11 @@ class RemoteSamples:
             starts.append(pixels.offset + offsets * pixels.itemsize)
             lengths.append(shapes.prod(axis=1) * pixels.itemsize)
             files.append(np.full(offsets.shape[0], k, dtype=np.int32))
-            digests.append(np.load(os.path.join(shard, "sample_sha256.npy"), mmap_mode="r"))
+            digest = np.load(os.path.join(shard, "sample_sha256.npy"), mmap_mode="r")
+            # A mapping keeps a descriptor: one shard's stays mapped, many shards' are read
+            # (they are joined into one array below in any case).
+            digests.append(digest if len(names) == 1 else np.array(digest))
+            del pixels, digest
             where = f"{name}/pixels.npy" if name else "pixels.npy"
             self.files.append((where, f"{shown}/{where}", os.path.join(shard, "pixels.npy")))
         self.start, self.length = np.concatenate(starts), np.concatenate(lengths)
@@ -81,12 +92,11 @@ class RemoteSamples:
         # `claims`: the process fetching each sample (0: none): the others wait for it rather
         # than ask for it too, unless that process has ended (a crash, a worker stopped mid-fetch).
         self.present, self.claims = open_maps(folder, self.start.shape[0])
-        # Opened now: a cache that evicts this folder unlinks its files, and what is open
-        # stays writable (as its mapping stays readable). A forked child shares them.
         # A read-only cache (its maps mapped read-only) serves the samples it holds, and no other.
         self.writable = bool(self.present.flags.writeable)
-        self._fds = [os.open(local, os.O_WRONLY) for _, _, local in self.files] if self.writable else []
-        self._finalizer = weakref.finalize(self, close_all, self._fds)
+        self._out = ShardFiles([local for _, _, local in self.files], at_once(KEEP_OPEN), shown) \
+            if self.writable else None
+        self._finalizer = weakref.finalize(self, ShardFiles.close_all, self._out)
         self._pid = None
         self._lock = threading.Lock()
         self._filling = None        # fill()'s future, in the process that started it
@@ -126,9 +136,17 @@ class RemoteSamples:
             if not self.writable:
                 raise PackError(f"{self.folder}: the cache is read-only and sample {int(wanted[0])} (of {wanted.size} "
                                 f"asked for) is not in it; open the pack with a writable cache=")
-            from fsspec.asyn import sync
             self._connect()
-            sync(self.fs.loop, self._bring, wanted)
+            bound = waits.current()
+            if bound is None:
+                from fsspec.asyn import sync
+                sync(self.fs.loop, self._bring, wanted)
+                return
+            # A consumer under the loader's timeout, or a worker thread whose engine may
+            # close: the wait ends then; the fetch goes on and fills the cache meanwhile.
+            future = asyncio.run_coroutine_threadsafe(self._bring(wanted), self.fs.loop)
+            bound.wait(future, f"{wanted.size} sample{'s' if wanted.size > 1 else ''} of {redact(self.url)} (the "
+                               f"first: sample {int(wanted[0])}) had not arrived yet; they are still being fetched")
 
     def ahead(self, indices) -> None:
         """Start fetching what is missing of ``indices``; do not wait. Not while ``fill``
@@ -199,7 +217,10 @@ class RemoteSamples:
             if todo:
                 await self._fetch(todo, limit)
             for future in waits:
-                await future        # its failure is its caller's; what it left missing is fetched next round
+                # Shielded: this call being cancelled (a read-ahead dropped) must not cancel
+                # the fetch's future, which other calls wait on too. Its failure is its
+                # caller's; what it left missing is fetched next round.
+                await asyncio.shield(future)
             if claimed and not todo and not waits:
                 await asyncio.sleep(POLL)
 
@@ -211,8 +232,8 @@ class RemoteSamples:
         self.claims[todo] = pid             # the other processes wait for these rather than fetch them too
         failure = None
         try:
-            if self._gate is None:
-                self._gate = asyncio.Semaphore(REQUESTS)
+            if self._gate is None:      # each request holds a socket: fewer near the open-file limit
+                self._gate = asyncio.Semaphore(at_once(REQUESTS))
             results = await asyncio.gather(*(self._request(*r) for r in self.plan(todo, limit)),
                                            return_exceptions=True)
             failure = next((r for r in results if isinstance(r, BaseException)), None)
@@ -253,6 +274,10 @@ class RemoteSamples:
         except (FileNotFoundError, PermissionError) as error:
             raise PackError(f"{url}: {'missing' if isinstance(error, FileNotFoundError) else 'refused'} "
                             f"(the manifest lists it; the pack was removed or changed at its URL)") from None
+        except OSError as error:
+            if error.errno in OUT_OF_DESCRIPTORS:
+                raise out_of_descriptors(redact(self.url), len(self.files), error) from None
+            raise
         self.requests += 1
         self.bytes_fetched += len(block)
         check_range(url, block, start, end)     # at least end - start bytes came (request_async)
@@ -266,7 +291,7 @@ class RemoteSamples:
                     f"this file does not hash to its SHA-256 in sample_sha256.npy (the file was replaced or changed "
                     f"after packing)")
                 continue
-            write_all(self._fds[k], data, start + lo, self.files[k][2], i - int(self.first[k]))
+            write_all(self._out.fd(k), data, start + lo, self.files[k][2], i - int(self.first[k]))
             self.present[i] = PRESENT  # after all its bytes: a reader that sees it reads them
         if failure is not None:
             raise failure
@@ -310,11 +335,64 @@ def forget(future) -> None:
         future.exception().__traceback__ = None
 
 
-def close_all(fds: list) -> None:
-    for fd in fds:
+class ShardFiles:
+    """The shards' local ``pixels.npy`` files, open for writing (on fsspec's loop only).
+
+    A pack of ``keep`` shards or fewer has every file opened now: a cache that evicts the
+    folder meanwhile unlinks its files, and what is open stays writable (as its mapping
+    stays readable). A forked child shares them. With more shards than that (``keep`` is
+    what the open-file limit leaves, ``remote.at_once``), at most ``keep`` are open at once,
+    the least recently written closed first, and a file opened again must be the one the
+    dataset mapped (the same device and inode as now): one the cache removed meanwhile is a
+    ``PackError`` saying so, never a write into another copy.
+    """
+
+    def __init__(self, paths: list, keep: int, url: str):
+        self.paths, self.keep, self.url = paths, keep, url
+        self.open = collections.OrderedDict()       # shard -> descriptor, least recently written first
+        self.identity = None
+        if len(paths) <= keep:
+            for k, path in enumerate(paths):
+                self.open[k] = os.open(path, os.O_WRONLY)
+        else:
+            self.identity = [(info.st_dev, info.st_ino) for info in map(os.stat, paths)]
+
+    def fd(self, k: int) -> int:
+        """Shard ``k``'s descriptor, opened now if it is not open."""
+        fd = self.open.get(k)
+        if fd is not None:
+            self.open.move_to_end(k)
+            return fd
+        while len(self.open) >= self.keep:
+            os.close(self.open.popitem(last=False)[1])
+        path = self.paths[k]
         try:
+            fd = os.open(path, os.O_WRONLY)
+        except FileNotFoundError:
+            raise self.removed(path) from None
+        except OSError as error:
+            if error.errno in OUT_OF_DESCRIPTORS:
+                raise out_of_descriptors(self.url, len(self.paths), error) from None
+            raise
+        info = os.fstat(fd)
+        if (info.st_dev, info.st_ino) != self.identity[k]:
             os.close(fd)
-        except OSError:
-            pass
-    fds.clear()
+            raise self.removed(path)
+        self.open[k] = fd
+        return fd
+
+    def removed(self, path: str) -> PackError:
+        return PackError(f"{path}: removed from the cache (to make room for another pack) while this dataset was "
+                         f"fetching into it, and only {self.keep} of its {len(self.paths)} shard files could be kept "
+                         f"open (the open-file limit); open {self.url} again")
+
+    @staticmethod
+    def close_all(files) -> None:
+        if files is None:
+            return
+        while files.open:
+            try:
+                os.close(files.open.popitem()[1])
+            except OSError:
+                pass
 

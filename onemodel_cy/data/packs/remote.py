@@ -23,6 +23,8 @@ ranges) is refused at once (``check_range``). No answer is read further than it 
 long: a range's bytes and one more, a manifest's ``MANIFEST_BYTES`` and one more (an
 http(s) answer is read from its stream, so a server that ignores ranges costs one byte
 more than asked, never the whole file; other stores are asked for those byte ranges).
+Requests run at most ``OPENING`` at once, fewer near the open-file limit (``at_once``:
+each may hold a socket and a file), so a pack of more shards than the limit opens.
 
 A URL's credentials (``https://user:password@host/...``, the values of its query) are
 shown in no message: every URL a message names goes through ``redact``.
@@ -30,11 +32,13 @@ shown in no message: every URL a message names goes through ``redact``.
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import math
 import os
 import random
 import re
+import resource
 import shutil
 from collections.abc import Mapping
 from typing import NamedTuple
@@ -44,11 +48,12 @@ from onemodel_cy.data.packs.format import MANIFEST, MANIFEST_BYTES, SHARDED_FORM
 
 URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
-OPENING = 64                 # requests at once while a pack is opened
+OPENING = 64                 # requests at once while a pack is opened (fewer near the open-file limit: at_once)
 # Bytes per request at most, a whole file's range or a run of samples (exact.py; a sample
 # larger than this is one request): a few requests per file, little memory, a short retry.
 CHUNK = 4 << 20
 MAX_WAIT = 60.0              # seconds: the doubling wait stops growing here, so many attempts stay bounded
+OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE)    # this process's limit, the system's
 JITTER = random.Random()     # its own: the waits draw nothing from a caller's seeded `random`
 
 
@@ -146,16 +151,17 @@ async def copy(fs, root: str, url: str, cache: str, limit: int, retry: Retry, ex
     if local is not None:
         return local
     partial = _cache.new_partial(cache)
+    # Each request may hold a socket and a file: no more at once than the descriptors left allow.
+    gate = asyncio.Semaphore(at_once(OPENING))
     try:
         write_into(partial, MANIFEST, data)
-        files = await listed_files(fs, root, url, partial, manifest, retry)
+        files = await listed_files(fs, root, url, partial, manifest, retry, gate)
         pixels = [name for name, _, _ in files if os.path.basename(name) == "pixels.npy"]
         exact = exact and len(pixels) == sum(os.path.basename(name) == "sample_sha256.npy" for name, _, _ in files)
         local = _cache.folder_of(cache, digest, exact)
         need = _cache.folder_bytes(partial) + sum(size for _, size, _ in files)     # the manifests, then the arrays
         _cache.make_room(cache, need, limit, url, partial)
         base = url.rstrip("/")
-        gate = asyncio.Semaphore(OPENING)       # a pack of many shards: not every file open at once
         await gather_all(bounded(gate, fetch_header(fs, f"{root}/{name}", f"{base}/{name}",
                                                     os.path.join(partial, name), size, retry)
                                  if exact and name in pixels else
@@ -165,6 +171,10 @@ async def copy(fs, root: str, url: str, cache: str, limit: int, retry: Retry, ex
         if exact:
             _cache.make_maps(partial, manifest["count"])
         return _cache.publish(partial, local)
+    except OSError as error:
+        if error.errno in OUT_OF_DESCRIPTORS:
+            raise out_of_descriptors(url, len(manifest.get("shards", ())) or 1, error) from None
+        raise
     finally:
         shutil.rmtree(partial, ignore_errors=True)
 
@@ -224,14 +234,15 @@ async def fetch_manifest(fs, root: str, url: str, retry: Retry) -> tuple[bytes, 
     return (data, *parse_manifest(data, where))
 
 
-async def listed_files(fs, root: str, url: str, partial: str, manifest: dict, retry: Retry) -> list:
+async def listed_files(fs, root: str, url: str, partial: str, manifest: dict, retry: Retry, gate) -> list:
     """``(relative path, bytes, sha256)`` of every array file the manifest lists; for a
-    sharded pack each shard's manifest is fetched now (checked against its recorded SHA-256)
-    and its arrays listed."""
+    sharded pack each shard's manifest is fetched now (checked against its recorded SHA-256;
+    as many at once as ``gate`` lets through) and its arrays listed."""
     if manifest["format"] != SHARDED_FORMAT:
         return [(entry["file"], entry["bytes"], entry["sha256"]) for entry in manifest["arrays"].values()]
     base = url.rstrip("/")
-    inners = await gather_all(fetch_manifest(fs, f"{root}/{entry['name']}", f"{base}/{entry['name']}", retry)
+    inners = await gather_all(bounded(gate, fetch_manifest(fs, f"{root}/{entry['name']}", f"{base}/{entry['name']}",
+                                                           retry))
                               for entry in manifest["shards"])
     files = []
     for entry, (data, inner, digest) in zip(manifest["shards"], inners):
@@ -303,6 +314,8 @@ async def request_async(fs, remote: str, url: str, retry: Retry, start=None, end
         except (FileNotFoundError, PermissionError):
             raise
         except Exception as error:     # what a store's client raises differs by protocol (aiohttp, botocore, ...)
+            if isinstance(error, OSError) and error.errno in OUT_OF_DESCRIPTORS:
+                raise           # no socket to be had: the caller names the limit (asking again changes nothing)
             if isinstance(error, (TimeoutError, asyncio.TimeoutError)):
                 problem = f"no complete answer within {retry.timeout} s (timeout)"
             else:
@@ -319,6 +332,38 @@ async def request_async(fs, remote: str, url: str, retry: Retry, start=None, end
     where = "" if start is None else f" (bytes {start}-{end - 1})"
     raise PackError(f"{url}{where}: gave up after {retry.attempts} attempt{'s' if retry.attempts > 1 else ''}, "
                     f"the last: {problem}")
+
+
+def at_once(most: int) -> int:
+    """How many requests may run at once, ``most`` at most: a quarter of the file
+    descriptors this process has left (each request may hold a socket and a file; the rest
+    stays for the program), one at least. So a pack of more shards than the open-file limit
+    is fetched all the same, fewer files at a time."""
+    used, limit = descriptors()
+    if limit == resource.RLIM_INFINITY:
+        return most
+    spare = limit - (limit // 2 if used is None else used)
+    return max(1, min(most, spare // 4))
+
+
+def descriptors() -> tuple:
+    """``(open, limit)``: the files this process has open now (None where ``/proc/self/fd``
+    does not tell), and its soft open-file limit (``RLIMIT_NOFILE``)."""
+    try:
+        used = len(os.listdir("/proc/self/fd")) - 1     # less the one listing the folder
+    except OSError:
+        used = None
+    return used, resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def out_of_descriptors(url: str, shards: int, error: OSError) -> PackError:
+    """What running out of file descriptors while fetching the pack at ``url`` says: the
+    limit, the files open and the number of shards."""
+    used, limit = descriptors()
+    shown = "unlimited" if limit == resource.RLIM_INFINITY else limit
+    return PackError(f"{url}: out of file descriptors ({error.strerror}) with {shards} "
+                     f"shard{'s' if shards > 1 else ''}: the open-file limit (RLIMIT_NOFILE) is {shown}"
+                     f"{'' if used is None else f', {used} open'}; raise it (ulimit -n, resource.setrlimit)")
 
 
 def pause(retry: Retry, attempt: int) -> float:
