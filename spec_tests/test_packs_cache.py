@@ -17,6 +17,7 @@ import contextlib
 import gc
 import os
 import pickle
+import re
 import shutil
 import signal
 import subprocess
@@ -29,7 +30,7 @@ import pytest
 
 import onemodel_cy as om
 from onemodel_cy.data.packs.format import PackError
-from few_files import digest_of, open_with_few_files
+from few_files import OUT_OF_FILES, THE_LIMIT, digest_of, open_with_few_files
 from remote_packs import free_port, items, nginx, running, same, write_packs
 
 pytestmark = pytest.mark.usefixtures("without_fsync")     # conftest.py
@@ -258,6 +259,16 @@ def test_a_pack_at_a_url_of_more_shards_than_the_open_file_limit_is_fetched(serv
     said = open_with_few_files(64, f"{url}/many-shards", tmp_path / "cache")
     assert said.startswith("opened 100 ") and said.endswith(digest_of(local)), said
     assert os.listdir(tmp_path / "cache") == [local.manifest_sha256 + "-exact"]      # fetched sample by sample
+
+
+def test_too_few_descriptors_to_open_a_url_is_an_error_naming_the_limit(served, tmp_path):
+    """Item 11 at a URL: a process left with one descriptor gets a PackError naming the URL
+    and the limit (the number of shards is not known before the manifest is read); was a
+    bare "Too many open files" from asyncio."""
+    root, url = served
+    said = open_with_few_files("+1", f"{url}/sharded", tmp_path / "cache")
+    assert re.match(rf"^PackError {re.escape(url)}/sharded: {OUT_OF_FILES} before its manifest was read: {THE_LIMIT}",
+                    said), said
 
 
 # ---------------------------------------------------------------- item 9: partial fetches

@@ -21,7 +21,7 @@ import pytest
 import onemodel_cy as om
 from onemodel_cy.cli import main
 from onemodel_cy.data.packs.format import PackError
-from few_files import digest_of, open_with_few_files
+from few_files import OUT_OF_FILES, THE_LIMIT, digest_of, open_with_few_files
 from harness import batch_bits
 from line_images import random_png_lines
 
@@ -319,3 +319,14 @@ def test_a_pack_of_more_shards_than_the_open_file_limit_opens(tmp_path):
     om.pack_sharded(om.SyntheticTextLines(100, seed=3), str(tmp_path / "many"), shards=100, progress=False)
     said = open_with_few_files(64, tmp_path / "many")
     assert said.startswith("opened 100 ") and said.endswith(digest_of(om.PackedImageDataset(str(tmp_path / "many"))))
+
+
+def test_too_few_descriptors_to_open_a_sharded_pack_is_an_error_naming_the_limit_and_the_shards(tmp_path):
+    """Issue 36, item 11: a process left with one descriptor to open 100 shards with gets a
+    PackError naming the pack, the limit and the number of shards (was: a bare "Too many
+    open files")."""
+    import re
+    om.pack_sharded(om.SyntheticTextLines(100, seed=3), str(tmp_path / "many"), shards=100, progress=False)
+    said = open_with_few_files("+1", tmp_path / "many")
+    assert re.match(rf"^PackError {re.escape(str(tmp_path / 'many'))}: {OUT_OF_FILES} with 100 shards: {THE_LIMIT}",
+                    said), said

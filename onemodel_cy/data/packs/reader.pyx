@@ -32,7 +32,8 @@ from onemodel_cy.data.packs.exact import RemoteSamples
 from onemodel_cy.data.packs.format import (SHARDED_FORMAT as _SHARDED, PackError, join_shards, load_index,
                                            open_manifest, open_shards)
 from onemodel_cy.data.packs.pixelmap import map_pixel_files
-from onemodel_cy.data.packs.remote import fetch as _fetch, is_url as _is_url, redact, retry_policy
+from onemodel_cy.data.packs.remote import (OUT_OF_DESCRIPTORS, fetch as _fetch, is_url as _is_url,
+                                           out_of_descriptors, redact, retry_policy, shard_count)
 from onemodel_cy.data.vocabulary import decode as _decode, with_blank as _with_blank
 
 cnp.import_array()
@@ -254,7 +255,17 @@ cdef class PackedImageDataset(PackedSource):
         """The folder half of ``_open``: the pack in ``folder`` (``path`` as given) checked,
         its index sealed, its pixels mapped; for a pack at a URL fetched sample by sample,
         what fetches them (``remote``)."""
-        manifest, digest = opened_manifest(folder, folder if self.url is None else redact(path), expected)
+        shown = folder if self.url is None else redact(path)
+        manifest, digest = opened_manifest(folder, shown, expected)
+        try:
+            self._open_checked(folder, path, manifest, digest, mean, std, verify, limit, expected)
+        except OSError as error:
+            if error.errno in OUT_OF_DESCRIPTORS:
+                raise out_of_descriptors(shown, shard_count(manifest), error) from None
+            raise
+
+    cdef _open_checked(self, str folder, path, dict manifest, str digest, mean, std, verify, limit, str expected):
+        """``_open_folder`` once the manifest is read and checked."""
         kind = manifest["pixels"]
         convert = conversion(folder, kind, mean, std)
         if manifest["format"] == _SHARDED:

@@ -132,12 +132,17 @@ def fetch(url: str, cache=None, cache_bytes=None, storage_options=None, retry=No
                         f"{type(storage_options).__name__} {storage_options!r}")
     from fsspec.asyn import sync
     policy = retry_policy(retry)
-    fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
-    # One coroutine on fsspec's loop: the files of a pack (and the shards' manifests) are
-    # asked for together, so a distant store costs a few round trips, not one per file.
-    # `url` from here on is what messages show: the requests go to `root`.
-    return sync(loop_of(fs), copy, fs, root.rstrip("/"), redact(url), cache, limit, policy,
-                not whole and getattr(fs, "async_impl", False), expected)
+    try:
+        fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        # One coroutine on fsspec's loop: the files of a pack (and the shards' manifests) are
+        # asked for together, so a distant store costs a few round trips, not one per file.
+        # `url` from here on is what messages show: the requests go to `root`.
+        return sync(loop_of(fs), copy, fs, root.rstrip("/"), redact(url), cache, limit, policy,
+                    not whole and getattr(fs, "async_impl", False), expected)
+    except OSError as error:      # before the manifest was read (copy names the shards after)
+        if error.errno in OUT_OF_DESCRIPTORS:
+            raise out_of_descriptors(redact(url), None, error) from None
+        raise
 
 
 async def copy(fs, root: str, url: str, cache: str, limit: int, retry: Retry, exact: bool, expected=None) -> str:
@@ -147,6 +152,17 @@ async def copy(fs, root: str, url: str, cache: str, limit: int, retry: Retry, ex
     if expected is not None and digest != expected:
         raise PackError(f"{url} was replaced since it was opened: manifest SHA-256 {digest}, expected {expected}; "
                         f"open it again")
+    try:
+        return await copy_into(fs, root, url, cache, limit, retry, exact, data, manifest, digest)
+    except OSError as error:
+        if error.errno in OUT_OF_DESCRIPTORS:
+            raise out_of_descriptors(url, shard_count(manifest), error) from None
+        raise
+
+
+async def copy_into(fs, root: str, url: str, cache: str, limit: int, retry: Retry, exact: bool, data: bytes,
+                    manifest: dict, digest: str) -> str:
+    """``copy`` once the manifest is read and checked (``data``, ``manifest``, ``digest``)."""
     local = _cache.cached(cache, digest, exact)
     if local is not None:
         return local
@@ -171,10 +187,6 @@ async def copy(fs, root: str, url: str, cache: str, limit: int, retry: Retry, ex
         if exact:
             _cache.make_maps(partial, manifest["count"])
         return _cache.publish(partial, local)
-    except OSError as error:
-        if error.errno in OUT_OF_DESCRIPTORS:
-            raise out_of_descriptors(url, len(manifest.get("shards", ())) or 1, error) from None
-        raise
     finally:
         shutil.rmtree(partial, ignore_errors=True)
 
@@ -356,13 +368,21 @@ def descriptors() -> tuple:
     return used, resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
-def out_of_descriptors(url: str, shards: int, error: OSError) -> PackError:
-    """What running out of file descriptors while fetching the pack at ``url`` says: the
-    limit, the files open and the number of shards."""
+def shard_count(manifest: dict) -> int:
+    """How many shards the pack of ``manifest`` (a checked manifest) has: 1 for a plain pack."""
+    return len(manifest["shards"]) if manifest["format"] == SHARDED_FORMAT else 1
+
+
+def out_of_descriptors(where: str, shards, error: OSError) -> PackError:
+    """What running out of file descriptors opening the pack at ``where`` (a URL or a
+    folder) says: the limit, the files open and the number of shards (None: its manifest
+    was not read yet)."""
     used, limit = descriptors()
     shown = "unlimited" if limit == resource.RLIM_INFINITY else limit
-    return PackError(f"{url}: out of file descriptors ({error.strerror}) with {shards} "
-                     f"shard{'s' if shards > 1 else ''}: the open-file limit (RLIMIT_NOFILE) is {shown}"
+    pack = ("before its manifest was read" if shards is None else
+            f"with {shards} shard{'s' if shards > 1 else ''}")
+    return PackError(f"{where}: out of file descriptors ({error.strerror}) {pack}: the open-file limit "
+                     f"(RLIMIT_NOFILE) is {shown}"
                      f"{'' if used is None else f', {used} open'}; raise it (ulimit -n, resource.setrlimit)")
 
 
