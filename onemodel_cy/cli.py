@@ -502,9 +502,14 @@ def _vocabulary_argument(args):
         if "\n" in text:
             raise ValueError(f"{args.vocabulary}: a vocabulary file holds one line, its symbols in id order "
                              f"(--vocabulary)")
-    if not text or len(set(text)) != len(text):
-        raise ValueError(f"--vocabulary must be distinct characters (ids 1, 2, ... in order), received {text!r}")
-    return text
+    from onemodel_cy.data.vocabulary import Vocabulary
+    try:
+        if not text:
+            raise ValueError
+        return Vocabulary(text)
+    except ValueError:
+        raise ValueError(f"--vocabulary must be distinct characters (ids 1, 2, ... in order), received "
+                         f"{text!r}") from None
 
 
 def main(argv=None) -> int:

@@ -33,7 +33,7 @@ from onemodel_cy.core.validate import note_exception
 from onemodel_cy.data.packs.format import INT32_END, SHARDED_FORMAT, VERSION, PackError, open_manifest, write_manifest
 from onemodel_cy.data.packs.publish import publish, remove_path, sync_folder
 from onemodel_cy.data.packs.writer import PackReport, _PackWriter, is_container, recorded_vocabulary, with_progress
-from onemodel_cy.data.vocabulary import with_blank
+from onemodel_cy.data.vocabulary import Vocabulary
 
 ENGINES = ("local", "dask")
 
@@ -44,11 +44,10 @@ class ShardJob:
     engine's worker: it holds the folder entries (not the images) or the dataset itself."""
     name: str                   # the shard's folder name in the pack
     source: str                 # "folder", a container's format or "dataset", recorded in the shard's manifest
-    vocabulary: list | None     # fixed by the plan, the same in every shard
+    vocabulary: Vocabulary | None   # fixed by the plan, the same in every shard: it encodes the texts
     start: int                  # the partition: items start .. stop - 1 of the plan
     stop: int
     entries: list = None        # a folder: the labels file's entries of this partition
-    ids: dict = None
     height: int = 0
     mode: str = "L"
     threads: int = 1
@@ -63,7 +62,7 @@ class ShardJob:
         if self.entries is not None:
             from onemodel_cy.data.packs.sources import decoded
             skipped = []
-            return decoded(self.entries, self.ids, self.height, self.mode, self.threads, skipped,
+            return decoded(self.entries, self.vocabulary, self.height, self.mode, self.threads, skipped,
                            self.container), skipped
         from onemodel_cy.data.packs.sources import dataset_samples
         return dataset_samples(self.dataset, self.start, self.stop)
@@ -129,28 +128,28 @@ def plan(source, shards, *, labels, height, mode, vocabulary, workers, engine):
         if container:
             if labels is not None:
                 raise TypeError(f"labels= is a folder's labels file; {source!r} holds its texts")
-            entries, ids, symbols, skipped = container_plan(source, height, mode, vocabulary)
+            entries, vocabulary, skipped = container_plan(source, height, mode, vocabulary)
             name = source.format
         elif labels is None:
             raise TypeError("packing a folder needs labels= (a file of 'name<TAB>text' lines)")
         else:
-            entries, ids, symbols, skipped = folder_plan(source, labels, height, mode, vocabulary)
+            entries, vocabulary, skipped = folder_plan(source, labels, height, mode, vocabulary)
             name = "folder"
         # On an engine its workers are the parallelism: one decoding thread per task by default.
         threads = decode_threads(workers, default=1 if engine != "local" else None)
-        common = dict(source=name, vocabulary=symbols, ids=ids, height=height, mode=mode, threads=threads,
+        common = dict(source=name, vocabulary=vocabulary, height=height, mode=mode, threads=threads,
                       container=source if container else None)
         cut = partitions(len(entries), shards)
         # On an engine, the bytes of each image as the client sees it: the task checks it reads those files.
         sizes = [os.path.getsize(entry[2]) for entry in entries] if engine != "local" and not container else None
         return ([ShardJob(shard_name(k), start=a, stop=b, entries=entries[a:b],
                           sizes=None if sizes is None else sizes[a:b], **common)
-                 for k, (a, b) in enumerate(cut)], skipped, symbols, name)
+                 for k, (a, b) in enumerate(cut)], skipped, vocabulary, name)
     if hasattr(source, "get_sample"):
-        symbols = recorded_vocabulary(vocabulary)
+        vocabulary = recorded_vocabulary(vocabulary)
         cut = partitions(len(source), shards)
-        return ([ShardJob(shard_name(k), "dataset", symbols, a, b, dataset=source) for k, (a, b) in enumerate(cut)],
-                [], symbols, "dataset")
+        return ([ShardJob(shard_name(k), "dataset", vocabulary, a, b, dataset=source)
+                 for k, (a, b) in enumerate(cut)], [], vocabulary, "dataset")
     raise TypeError(f"shards= needs a folder of images (with labels=), a container or a dataset (len and "
                     f"get_sample), whose items can be cut into partitions; received {type(source).__name__} "
                     f"(pack writes an iterable, whole)")
@@ -191,7 +190,8 @@ def finish(folder: str, out: str, results: list, vocabulary, source: str, overwr
     if count >= INT32_END:
         raise ValueError(f"a pack holds fewer than 2**31 samples, these shards hold {count}")
     write_manifest(folder, {"format": SHARDED_FORMAT, "version": VERSION, "count": count, "pixels": kinds.pop(),
-                            "vocabulary": vocabulary, "source": source, "shards": shards})
+                            "vocabulary": None if vocabulary is None else list(vocabulary.symbols),
+                            "source": source, "shards": shards})
     sync_folder(folder)
     size = sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(folder) for f in files)
     publish(folder, out, overwrite)
@@ -234,7 +234,7 @@ def pack_sharded(source, out, *, shards, engine="local", engine_workers=None, la
     out = os.path.abspath(os.fspath(out))
     if os.path.lexists(out) and not overwrite:
         raise FileExistsError(f"{out}: already exists (pass overwrite=True / --overwrite to replace it)")
-    jobs, skipped, symbols, name = plan(source, shards, labels=labels, height=height, mode=mode,
+    jobs, skipped, vocabulary, name = plan(source, shards, labels=labels, height=height, mode=mode,
                                         vocabulary=vocabulary, workers=workers, engine=engine)
     parent, base = os.path.split(out)
     os.makedirs(parent, exist_ok=True)
@@ -247,13 +247,12 @@ def pack_sharded(source, out, *, shards, engine="local", engine_workers=None, la
             from onemodel_cy.data.packs.dask import run_on_dask
             results = run_on_dask(write_shard, folder, jobs, client=client, workers=engine_workers,
                                   progress=progress)
-        count, written, size = finish(folder, out, results, symbols, name, overwrite)
+        count, written, size = finish(folder, out, results, vocabulary, name, overwrite)
     except BaseException:
         abandon(folder)
         raise
     skipped = skipped + [item for result in results for item in result["skipped"]]
-    return PackReport(out, count, skipped, time.perf_counter() - started, size,
-                      None if symbols is None else with_blank(symbols), shards=written)
+    return PackReport(out, count, skipped, time.perf_counter() - started, size, vocabulary, shards=written)
 
 
 def engine_of(engine, engine_workers) -> tuple:

@@ -22,10 +22,11 @@ import re
 import numpy as np
 
 from onemodel_cy.data.packs.format import INT32_END, PackError
-from onemodel_cy.data.vocabulary import are_symbols, symbols_of
+from onemodel_cy.data.vocabulary import Vocabulary
 
 MODES = ("L", "RGB")
 BOM = b"\xef\xbb\xbf"
+EMPTY = "empty label"
 
 
 # ---------------------------------------------------------------- a folder and a labels file
@@ -74,17 +75,11 @@ def label_lines(labels: str):
                                     f"at column {error.start + 1}); a labels file is UTF-8") from None
 
 
-def symbol_table(vocabulary, texts) -> list:
-    """The vocabulary as a list of one-character symbols (symbol k + 1 is entry k); a
-    dataset's ``vocabulary`` (blank first, ``data/vocabulary.py``) is taken as well."""
-    if vocabulary is None:
-        return sorted(set("".join(texts)))
-    if isinstance(vocabulary, str):
-        vocabulary = list(vocabulary)
-    symbols = symbols_of(vocabulary)
-    if not are_symbols(symbols):
-        raise ValueError(f"vocabulary must be distinct one-character strings, received {vocabulary!r}")
-    return symbols
+def vocabulary_for(vocabulary, texts) -> Vocabulary:
+    """The ``Vocabulary`` a pack's texts are encoded with: the one given (its symbols as a
+    str, a list, or a dataset's ``vocabulary``, blank first), or else the one built from
+    ``texts`` (every character of the non-empty ones, sorted: ``Vocabulary.from_texts``)."""
+    return Vocabulary.from_texts(texts) if vocabulary is None else Vocabulary(vocabulary)
 
 
 def decode(image, height: int, mode: str):
@@ -112,17 +107,17 @@ def try_decode(args):
 
 def folder_samples(folder, labels, height, mode, vocabulary, workers):
     """The samples of an image folder: decoded in ``workers`` threads, in the labels file's order."""
-    usable, ids, symbols, skipped = folder_plan(folder, labels, height, mode, vocabulary)
+    usable, vocabulary, skipped = folder_plan(folder, labels, height, mode, vocabulary)
     threads = decode_threads(workers)
-    return decoded(usable, ids, height, mode, threads, skipped), skipped, symbols, len(usable)
+    return decoded(usable, vocabulary, height, mode, threads, skipped), skipped, vocabulary, len(usable)
 
 
 def container_samples(container, height, mode, vocabulary, workers):
     """The samples of a container (``containers.py``): its records read in order, their
     images decoded in ``workers`` threads."""
-    usable, ids, symbols, skipped = container_plan(container, height, mode, vocabulary)
+    usable, vocabulary, skipped = container_plan(container, height, mode, vocabulary)
     threads = decode_threads(workers)
-    return decoded(usable, ids, height, mode, threads, skipped, container), skipped, symbols, len(usable)
+    return decoded(usable, vocabulary, height, mode, threads, skipped, container), skipped, vocabulary, len(usable)
 
 
 def check_fit(height, mode) -> None:
@@ -138,9 +133,9 @@ def check_fit(height, mode) -> None:
 
 
 def folder_plan(folder, labels, height, mode, vocabulary):
-    """What packing a folder decodes, before any image is read: ``(entries, ids, symbols,
+    """What packing a folder decodes, before any image is read: ``(entries, vocabulary,
     skipped)``, the labels file's usable ``(position, name, path, text)`` entries in order,
-    the symbol of each id, and the entries skipped (empty text, symbols outside the
+    the ``Vocabulary`` their texts are encoded with, and the entries skipped (empty text, symbols outside the
     vocabulary). A sharded pack cuts ``entries`` into its partitions: every shard gives a
     symbol the id fixed here."""
     check_fit(height, mode)
@@ -158,25 +153,25 @@ def container_plan(container, height, mode, vocabulary):
 
 
 def text_plan(entries, vocabulary):
-    """The one rule of text, whatever the source: ``(usable entries, ids, symbols, skipped)``;
-    an empty text, or one with symbols outside the vocabulary, is skipped; the vocabulary
-    is by default every character of the non-empty texts, sorted."""
-    skipped, kept = [], []
-    for entry in entries:
-        if not entry[3].strip():
-            skipped.append((entry[1], "empty label"))
-        else:
-            kept.append(entry)
-    symbols = symbol_table(vocabulary, [entry[3] for entry in kept])
-    ids = {s: k + 1 for k, s in enumerate(symbols)}
-    usable = []
-    for entry in kept:
-        unknown = sorted(set(entry[3]) - ids.keys())
-        if unknown:
-            skipped.append((entry[1], f"label uses symbols outside the vocabulary: {''.join(unknown)!r}"))
-        else:
-            usable.append(entry)
-    return usable, ids, symbols, skipped
+    """The one rule of text, whatever the source: ``(usable entries, vocabulary, skipped)``;
+    an empty text, or one with symbols outside the vocabulary, is skipped
+    (``text_skip``); the vocabulary is by default every character of the non-empty texts,
+    sorted (``vocabulary_for``)."""
+    entries = list(entries)
+    vocabulary = vocabulary_for(vocabulary, [entry[3] for entry in entries])
+    reasons = [text_skip(entry[3], vocabulary) for entry in entries]
+    # The empty ones listed first, then those with other symbols: the report's order as it was.
+    skipped = sorted(((entry[1], reason) for entry, reason in zip(entries, reasons) if reason is not None),
+                     key=lambda skip: skip[1] != EMPTY)
+    return [entry for entry, reason in zip(entries, reasons) if reason is None], vocabulary, skipped
+
+
+def text_skip(text: str, vocabulary: Vocabulary):
+    """Why ``text`` is not packed (an empty text, symbols outside the vocabulary), or None."""
+    if not text.strip():
+        return EMPTY
+    unknown = vocabulary.unknown(text)
+    return f"label uses symbols outside the vocabulary: {unknown!r}" if unknown else None
 
 
 def decode_threads(workers, default=None) -> int:
@@ -187,7 +182,7 @@ def decode_threads(workers, default=None) -> int:
     return threads
 
 
-def decoded(entries, ids, height, mode, threads, skipped, container=None):
+def decoded(entries, vocabulary, height, mode, threads, skipped, container=None):
     """The samples of ``entries`` in order, decoded in ``threads`` threads. A folder's file
     that Pillow cannot read is skipped; a container's record that it cannot read is a
     ``PackError`` naming the record (a container is one file: a bad record is damage)."""
@@ -204,13 +199,14 @@ def decoded(entries, ids, height, mode, threads, skipped, container=None):
                         raise PackError(f"{container.where((position, name, source_of, text))}: {error}")
                     skipped.append((name, error))
                     continue
-                yield image, np.array([ids[ch] for ch in text], dtype=np.int32), position, name.encode("utf-8")
+                yield image, vocabulary.encode(text), position, name.encode("utf-8")
 
 
 # ---------------------------------------------------------------- iterables and datasets
 
-def checked_item(position, item):
-    """``(image, target, label, key)`` from one item (the key encoded), or a reason to skip it."""
+def checked_item(position, item, texts):
+    """``(image, target, label, key)`` from one item (the key encoded), or a reason to skip it.
+    The target is ids, or a text that ``texts`` (a ``TextTargets``) encodes or keeps."""
     if not isinstance(item, (tuple, list)) or len(item) not in (3, 4):
         raise TypeError(f"item {position}: expected (image, target, label) or (image, target, label, key), "
                         f"received {type(item).__name__}")
@@ -224,18 +220,62 @@ def checked_item(position, item):
         raise TypeError(f"{where}: image must be uint8 [H, W] or [H, W, 3], or float32 [C, H, W], "
                         f"received {type(image).__name__} {getattr(image, 'dtype', '')} "
                         f"{getattr(image, 'shape', '')}")
+    target, reason = texts.target(where, target)      # first: a text counts in a built vocabulary
     if 0 in image.shape:
         return None, f"image of shape {image.shape}: every dimension must be >= 1"
-    target = np.asarray(target)
-    if target.ndim != 1 or (target.size and target.dtype.kind not in "iu"):
-        raise TypeError(f"{where}: target must be a 1-D sequence of integers, received {target.dtype} "
-                        f"{target.shape}")
-    if target.size and (target.min() < 0 or target.max() >= INT32_END):
-        return None, f"target values must lie in [0, 2**31), received min {target.min()}, max {target.max()}"
+    if reason is not None:
+        return None, reason
     label = checked_label(where, label)
     if not -INT32_END <= label < INT32_END:
         return None, f"label {label} is outside the int32 range"
-    return (image, target.astype(np.int32), label, key), None
+    return (image, target, label, key), None
+
+
+class TextTargets:
+    """The targets of an iterable: all integer ids (as before, the vocabulary recorded as
+    given), or all texts, encoded by the one rule of text (``text_skip``): with the
+    vocabulary given, as each item arrives; without one, kept as text until the iterable
+    is spent, then encoded with the vocabulary built from every non-empty text seen, the
+    one a folder of the same lines gets (the writer's ``finish`` encodes them)."""
+
+    def __init__(self, vocabulary):
+        self.given = None if vocabulary is None else Vocabulary(vocabulary)
+        self.kind = None            # "ids" or "text": fixed by the first item
+        self.seen = []              # the texts, for a vocabulary built from them
+
+    def target(self, where, target):
+        """``(target, reason to skip)``: int32 ids, or a text kept for the writer to encode."""
+        kind = "text" if isinstance(target, str) else "ids"
+        if self.kind is None:
+            self.kind = kind
+        elif kind != self.kind:
+            raise TypeError(f"{where}: target is {'a text' if kind == 'text' else 'ids'}, the first item's was "
+                            f"{'a text' if self.kind == 'text' else 'ids'}: an iterable's targets are all "
+                            f"texts (str) or all integer ids")
+        if kind == "ids":
+            return checked_ids(where, target)
+        if self.given is None:
+            self.seen.append(target)
+            return target, (EMPTY if not target.strip() else None)
+        reason = text_skip(target, self.given)
+        return (None, reason) if reason is not None else (self.given.encode(target), None)
+
+    def vocabulary(self):
+        """The pack's vocabulary: built from the texts, or the one given, or None."""
+        if self.kind == "text" and self.given is None:
+            return Vocabulary.from_texts(self.seen)
+        return self.given
+
+
+def checked_ids(where, target):
+    """``(int32 ids, None)`` or ``(None, reason to skip)``; ``TypeError`` for what is not ids."""
+    ids = np.asarray(target)
+    if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
+        raise TypeError(f"{where}: target must be a text (str) or a 1-D sequence of integer ids, received "
+                        f"{type(target).__name__} {ids.dtype} {ids.shape}")
+    if ids.size and (ids.min() < 0 or ids.max() >= INT32_END):
+        return None, f"target values must lie in [0, 2**31), received min {ids.min()}, max {ids.max()}"
+    return ids.astype(np.int32), None
 
 
 def checked_label(where: str, label) -> int:
@@ -266,17 +306,21 @@ def key_bytes(position, key) -> bytes | None:
                          f"character {error.start}); keys must be valid Unicode text") from None
 
 
-def iterable_samples(items):
+def iterable_samples(items, vocabulary=None):
+    """``(stream, skipped, texts)``: the checked items of ``items``; ``texts`` (a
+    ``TextTargets``) gives the pack's vocabulary and encodes what it kept as text once the
+    stream is spent."""
     skipped = []
+    texts = TextTargets(vocabulary)
 
     def stream():
         for position, item in enumerate(items):
-            sample, reason = checked_item(position, item)
+            sample, reason = checked_item(position, item, texts)
             if reason is not None:
                 skipped.append((position, reason))
             else:
                 yield sample
-    return stream(), skipped
+    return stream(), skipped, texts
 
 
 def dataset_samples(dataset, start=0, stop=None):
