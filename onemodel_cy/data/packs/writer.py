@@ -174,8 +174,8 @@ def close_quietly(f) -> None:
         pass
 
 
-def pack(source, out, *, labels=None, height=32, mode="L", vocabulary=None, workers=None,
-         progress=True, overwrite=False) -> PackReport:
+def pack(source, out, *, labels=None, height=None, mode=None, max_width=None, too_wide="downscale",
+         vocabulary=None, workers=None, progress=True, overwrite=False) -> PackReport:
     """Write a pack (``docs/packed-format.md``) to the folder ``out``.
 
     Parameters
@@ -194,10 +194,20 @@ def pack(source, out, *, labels=None, height=32, mode="L", vocabulary=None, work
         fails with a ``FileExistsError`` (its temporary folder removed).
     labels : path, optional
         For a folder: a UTF-8 text file, one ``file name<TAB>text`` per line.
-    height : int, default 32
-        For a folder or a container: every image is resized to this height, keeping its aspect ratio.
-    mode : {"L", "RGB"}, default "L"
-        For a folder or a container: 8-bit grey or 8-bit RGB pixels.
+    height : int, optional
+        Every line is resized to this height, its aspect ratio kept. Default: 32 for images
+        decoded from files (a folder, a container); an array (an iterable's, a dataset's)
+        keeps its own height unless ``height``, ``mode`` or ``max_width`` is given. The one
+        policy of every source is ``sources.Fit`` (docs/guide.md, "Fitting lines to a height").
+    mode : {"L", "RGB"}, optional
+        8-bit grey or 8-bit RGB pixels: a colour line becomes grey (ITU-R 601-2 luma), a grey
+        one three equal channels. Default: ``"L"`` for files; an array keeps its kind (a
+        float32 image always keeps its channels).
+    max_width : int, optional
+        The widest line packed, once fitted to the height (default: no limit).
+    too_wide : {"downscale", "skip"}, default "downscale"
+        A line wider than ``max_width``: narrowed to ``max_width`` (its height kept), or
+        not packed and listed in the report's ``skipped``.
     vocabulary : Vocabulary, str or sequence of str, optional
         The symbols of target ids 1, 2, ... (``BLANK_ID``, 0, is the CTC blank), as
         ``Vocabulary`` takes them: a dataset's ``vocabulary`` too (another pack's, so that
@@ -221,25 +231,30 @@ def pack(source, out, *, labels=None, height=32, mode="L", vocabulary=None, work
     started = time.perf_counter()
     writer = _PackWriter(out, overwrite)
     try:
+        from onemodel_cy.data.packs.sources import fit_for
+        fitting = (height, mode, max_width, too_wide)
         if is_container(source):
             if labels is not None:
                 raise TypeError(f"labels= is a folder's labels file; {source!r} holds its texts")
             from onemodel_cy.data.packs.sources import container_samples
-            items, skipped, vocab, total = container_samples(source, height, mode, vocabulary, workers)
+            fit = fit_for(*fitting, files=True)
+            items, skipped, vocab, total = container_samples(source, fit, vocabulary, workers)
             name = source.format
         elif isinstance(source, (str, os.PathLike)):
             if labels is None:
                 raise TypeError("packing a folder needs labels= (a file of 'name<TAB>text' lines)")
             from onemodel_cy.data.packs.sources import folder_samples
-            items, skipped, vocab, total = folder_samples(source, labels, height, mode, vocabulary, workers)
+            fit = fit_for(*fitting, files=True)
+            items, skipped, vocab, total = folder_samples(source, labels, fit, vocabulary, workers)
             name = "folder"
         elif hasattr(source, "get_sample"):
             from onemodel_cy.data.packs.sources import dataset_samples
-            items, skipped, total, name = (*dataset_samples(source), len(source), "dataset")
+            fit = fit_for(*fitting, files=False)
+            items, skipped, total, name = (*dataset_samples(source, fit=fit), len(source), "dataset")
             vocab = recorded_vocabulary(vocabulary)
         else:
             from onemodel_cy.data.packs.sources import iterable_samples
-            items, skipped, texts = iterable_samples(source, vocabulary)
+            items, skipped, texts = iterable_samples(source, vocabulary, fit_for(*fitting, files=False))
             total, name, vocab = None, "iterable", None
         for image, target, label, key in with_progress(items, total, progress):
             writer.add(image, target, label, key)
