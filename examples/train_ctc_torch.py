@@ -16,13 +16,15 @@ the dataset's ``vocabulary`` (the CTC blank first, then the symbols), trained wi
 held-out set (another seed of the built-in dataset, or the test pack) greedily and prints
 the character error rate (edit distance / target characters) and one decoded line.
 
-A checkpoint (``torch.save``) holds the model, the optimizer, the learning-rate schedule
-and the loader's resume state. Because batch ``g`` is a pure function of ``(seed, g)``
-(§1) and torch runs deterministically here (``torch.manual_seed``,
-``torch.use_deterministic_algorithms(True)``, a fixed ``torch.set_num_threads``), a run
-stopped after step k and resumed in a new process gives, after k, the losses of the
-uninterrupted run bit for bit. ``--losses-out FILE`` writes each step's loss as
-``float.hex`` so that runs can be compared exactly (``spec_tests/test_api_train_example.py``).
+A checkpoint (``torch.save``) holds the model, the optimizer, the learning-rate schedule,
+the loader's resume state and the vocabulary's symbols (``om.Vocabulary``: what the model's
+classes 1, 2, ... read as; a resume on data of another vocabulary is refused). Because
+batch ``g`` is a pure function of ``(seed, g)`` (§1) and torch runs deterministically
+here (``torch.manual_seed``, ``torch.use_deterministic_algorithms(True)``, a fixed
+``torch.set_num_threads``), a run stopped after step k and resumed in a new process
+gives, after k, the losses of the uninterrupted run bit for bit. ``--losses-out FILE``
+writes each step's loss as ``float.hex`` so that runs can be compared exactly
+(``spec_tests/test_api_train_example.py``).
 """
 from __future__ import annotations
 
@@ -134,13 +136,13 @@ def ctc_inputs(tensors):
 # -- evaluation -------------------------------------------------------------------------
 
 def greedy_decode(logits, frame_lengths):
-    """Best path: the most likely class per frame, repeats merged, blanks (0) dropped."""
+    """Best path: the most likely class per frame, repeats merged, blanks (``om.BLANK_ID``) dropped."""
     best = logits.argmax(-1)
     out = []
     for row, n in zip(best.tolist(), frame_lengths.tolist()):
-        seq, previous = [], 0
+        seq, previous = [], om.BLANK_ID
         for c in row[:n]:
-            if c != previous and c != 0:
+            if c != previous and c != om.BLANK_ID:
                 seq.append(c)
             previous = c
         out.append(seq)
@@ -158,7 +160,7 @@ def edit_distance(a, b):
 
 def character_error_rate(model, loader):
     """Held-out CER: total edit distance over total target characters; and the first line
-    as ``(truth, prediction)`` text (the dataset's ``decode``)."""
+    as ``(truth, prediction)`` text (the dataset's ``Vocabulary``)."""
     model.eval()
     errors = total = 0
     example = None
@@ -174,7 +176,8 @@ def character_error_rate(model, loader):
                     errors += edit_distance(seq, truth)
                     total += len(truth)
                     if example is None:
-                        example = loader.dataset.decode(truth), loader.dataset.decode(seq)
+                        vocabulary = loader.dataset.vocabulary
+                        example = vocabulary.decode(truth), vocabulary.decode(seq)
     model.train()
     return errors / total, example
 
@@ -218,10 +221,22 @@ def setup_torch(args):
     torch.set_num_threads(args.threads)
 
 
-def save_checkpoint(path, model, optimizer, schedule, stream, losses_so_far):
+def save_checkpoint(path, model, optimizer, schedule, stream, losses_so_far, vocabulary):
     torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                 "schedule": schedule.state_dict(), "loader": loader_state(stream),
-                "torch_rng": torch.get_rng_state(), "losses": losses_so_far}, path)
+                "torch_rng": torch.get_rng_state(), "losses": losses_so_far,
+                "vocabulary": vocabulary.symbols}, path)
+
+
+def check_vocabulary(path, ckpt, vocabulary):
+    """The checkpoint's model reads its classes through the vocabulary it was trained with:
+    resuming on data that gives a symbol another id would train it on wrong targets."""
+    saved = om.Vocabulary(ckpt["vocabulary"])
+    if saved != vocabulary:
+        t = next((t for t in range(1, min(len(saved), len(vocabulary))) if saved[t] != vocabulary[t]),
+                 min(len(saved), len(vocabulary)))
+        raise SystemExit(f"{path}: the checkpoint's vocabulary {saved.symbols!r} is not the data's "
+                         f"{vocabulary.symbols!r} (they first differ at id {t})")
 
 
 def train(args):
@@ -233,10 +248,11 @@ def train(args):
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=args.lr, total_steps=args.steps,
                                                    pct_start=0.15)
-    ctc = nn.CTCLoss(blank=0, zero_infinity=True)
+    ctc = nn.CTCLoss(blank=om.BLANK_ID, zero_infinity=True)
     state, losses = None, []
     if args.resume:
         ckpt = torch.load(args.resume, weights_only=False)
+        check_vocabulary(args.resume, ckpt, train_set.vocabulary)
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         schedule.load_state_dict(ckpt["schedule"])
@@ -263,7 +279,7 @@ def train(args):
             if args.eval_every and g % args.eval_every == 0 and g < stop:
                 print(f"step {g:5d}  held-out CER {character_error_rate(model, eval_loader)[0]:.2%}", flush=True)
         if args.checkpoint:
-            save_checkpoint(args.checkpoint, model, optimizer, schedule, stream, losses)
+            save_checkpoint(args.checkpoint, model, optimizer, schedule, stream, losses, train_set.vocabulary)
         end_g = stream.next_g
     elapsed = time.perf_counter() - start
     cer, (truth, predicted) = character_error_rate(model, eval_loader)

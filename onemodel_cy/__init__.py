@@ -12,7 +12,7 @@ from onemodel_cy.core.samplers import Sampler, SequentialSampler, ShuffledSample
 from onemodel_cy.core.tablesamplers import BucketedSampler, MixingSampler
 from onemodel_cy.data.datasets import ArrayImageDataset, Sample, SyntheticLineImages
 from onemodel_cy.data.textlines import SyntheticTextLines
-from onemodel_cy.data.vocabulary import BLANK, check_same, decode
+from onemodel_cy.data.vocabulary import BLANK, BLANK_ID, Vocabulary, check_same, decode
 from onemodel_cy.collate.bufferpool import BufferPool
 from onemodel_cy.collate.augment import Augmentation, GainOffset, GaussianNoise
 from onemodel_cy.collate.batch import ImageBatch
@@ -36,7 +36,7 @@ __all__ = [
     "keyed_permutation", "permutation",
     "Sampler", "SequentialSampler", "ShuffledSampler", "MixingSampler", "BucketedSampler",
     "Sample", "ArrayImageDataset", "SyntheticLineImages", "SyntheticTextLines",
-    "BLANK", "decode", "check_same",
+    "Vocabulary", "BLANK", "BLANK_ID", "decode", "check_same",
     "BufferPool", "ImageBatchCollator", "ImageBatch", "Augmentation", "GainOffset", "GaussianNoise",
     "gray8_to_planar", "rgb8_to_planar",
     "PackedImageDataset", "pack", "pack_sharded", "PackReport", "PackError",

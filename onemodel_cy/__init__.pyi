@@ -10,6 +10,8 @@ from onemodel_cy.data.datasets import Sample as Sample
 from onemodel_cy.data.datasets import SyntheticLineImages as SyntheticLineImages
 from onemodel_cy.data.textlines import SyntheticTextLines as SyntheticTextLines
 from onemodel_cy.data.vocabulary import BLANK as BLANK
+from onemodel_cy.data.vocabulary import BLANK_ID as BLANK_ID
+from onemodel_cy.data.vocabulary import Vocabulary as Vocabulary
 from onemodel_cy.data.vocabulary import check_same as check_same
 from onemodel_cy.data.vocabulary import decode as decode
 from onemodel_cy.data.image import gray8_to_planar as gray8_to_planar

@@ -343,8 +343,15 @@ def add_pack_parser(commands) -> None:
     source.add_argument("--image-ext", help="webdataset: the image extensions, comma-separated, the first "
                                             "present taken (default png,jpg,jpeg)")
     source.add_argument("--text-ext", help="webdataset: the text's extension (default txt)")
-    pack.add_argument("--height", type=int, default=32, help="resize every image to this height (default 32)")
-    pack.add_argument("--mode", choices=("L", "RGB"), default="L", help="8-bit grey (L) or RGB pixels")
+    pack.add_argument("--height", type=int, default=32,
+                      help="resize every line to this height, its aspect ratio kept (default 32)")
+    pack.add_argument("--mode", choices=("L", "RGB"), default="L",
+                      help="8-bit grey (L: a colour line becomes grey) or RGB pixels (default L)")
+    pack.add_argument("--max-width", type=int, default=None, metavar="W",
+                      help="the widest line packed, once fitted to the height (default: no limit)")
+    pack.add_argument("--too-wide", choices=("downscale", "skip"), default="downscale",
+                      help="a line wider than --max-width: narrowed to it, its height kept (downscale, the "
+                           "default), or not packed and listed (skip)")
     ids = pack.add_mutually_exclusive_group()
     ids.add_argument("--vocabulary", metavar="TEXT|FILE",
                      help="the symbols of target ids 1, 2, ...: the characters of TEXT, or of FILE's one line "
@@ -386,6 +393,8 @@ def _pack(args) -> int:
         return user_error(f"{args.out}: already exists (pass --overwrite to replace it)", USAGE)
     if not 1 <= args.height < INT32_END:
         return user_error(f"--height must be an integer in [1, 2**31), received {args.height}", USAGE)
+    if args.max_width is not None and not 1 <= args.max_width < INT32_END:
+        return user_error(f"--max-width must be an integer in [1, 2**31), received {args.max_width}", USAGE)
     if args.workers is not None and args.workers < 1:
         return user_error(f"--workers must be an integer >= 1, received {args.workers}", USAGE)
     engine = _engine_argument(args)
@@ -396,7 +405,8 @@ def _pack(args) -> int:
     except (ValueError, OSError) as error:
         return user_error(error, USAGE)
     try:
-        common = dict(labels=args.labels, height=args.height, mode=args.mode, vocabulary=vocabulary,
+        common = dict(labels=args.labels, height=args.height, mode=args.mode, max_width=args.max_width,
+                      too_wide=args.too_wide, vocabulary=vocabulary,
                       workers=args.workers, progress=not args.no_progress, overwrite=args.overwrite)
         if args.shards is None:
             report = pack(source, args.out, **common)
@@ -502,9 +512,14 @@ def _vocabulary_argument(args):
         if "\n" in text:
             raise ValueError(f"{args.vocabulary}: a vocabulary file holds one line, its symbols in id order "
                              f"(--vocabulary)")
-    if not text or len(set(text)) != len(text):
-        raise ValueError(f"--vocabulary must be distinct characters (ids 1, 2, ... in order), received {text!r}")
-    return text
+    from onemodel_cy.data.vocabulary import Vocabulary
+    try:
+        if not text:
+            raise ValueError
+        return Vocabulary(text)
+    except ValueError:
+        raise ValueError(f"--vocabulary must be distinct characters (ids 1, 2, ... in order), received "
+                         f"{text!r}") from None
 
 
 def main(argv=None) -> int:

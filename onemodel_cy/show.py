@@ -106,11 +106,12 @@ def _hatch(height, width, top, left):
 
 
 def _target_text(target, vocabulary):
-    """The target as text (an id that is no symbol, the blank included, as ``<id>``), or
-    its ids as numbers without a vocabulary."""
+    """The target as text through the ``Vocabulary`` codec (an id that is no symbol, the
+    blank included, as ``<id>``), or its ids as numbers without a vocabulary."""
     if vocabulary is None:
         return " ".join(str(t) for t in target)
-    return "".join(vocabulary[t] if 0 < t < len(vocabulary) else f"<{t}>" for t in target)
+    from onemodel_cy.data.vocabulary import Vocabulary
+    return Vocabulary(vocabulary).decode(target, strict=False)
 
 
 def _draw_batch(canvas, texts, batch, top, zoom, vocabulary, key):
@@ -145,9 +146,9 @@ def render(batches, vocabulary=None, zoom=3, key=None):
     Parameters
     ----------
     batches : sequence of ImageBatch
-    vocabulary : sequence of str, optional
-        A dataset's ``vocabulary``: ``vocabulary[t]`` is the symbol of target id ``t``, 0 the
-        blank; without one the target ids are written as numbers.
+    vocabulary : Vocabulary, str or sequence of str, optional
+        A dataset's ``vocabulary`` (or anything ``Vocabulary`` takes): ``vocabulary[t]`` is the
+        symbol of target id ``t``, 0 the blank; without one the target ids are written as numbers.
     zoom : int, default 3
         Figure pixels per image pixel.
     key : callable, optional
@@ -159,6 +160,9 @@ def render(batches, vocabulary=None, zoom=3, key=None):
     if not batches:
         raise ValueError("render needs at least one batch, received none")
     _check_int(zoom, "zoom", 1, 32)
+    if vocabulary is not None:      # checked once, before anything is drawn
+        from onemodel_cy.data.vocabulary import Vocabulary
+        vocabulary = Vocabulary(vocabulary)
     width, height = figure_size([np.asarray(b.images).shape for b in batches], zoom)
     canvas = np.full((height, width, 3), 255, dtype=np.uint8)
     texts, top = [], MARGIN

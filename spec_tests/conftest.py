@@ -59,3 +59,13 @@ def without_fsync():
     _format.FSYNC = False
     yield
     _format.FSYNC = True
+
+
+def pytest_report_header(config):
+    """Which HTTP server the remote-pack tests run against (``remote_packs.http_server``):
+    nginx where it is on PATH, else aiohttp's static files."""
+    try:
+        from remote_packs import http_server_name
+        return f"remote packs served by: {http_server_name()}"
+    except ImportError as error:        # the remote extra missing: those tests are left out
+        return f"remote packs served by: none ({error})"

@@ -1,7 +1,7 @@
 """What the remote-pack tests share (test_packs_remote*.py): the packs they serve, their
-comparisons, and starting a server process on 127.0.0.1 (nginx, moto's S3 server) and
-ending it. ``benchmarks/bench_remote.py`` and ``benchmarks/remote_peers.py`` start their
-servers with these too."""
+comparisons, and starting a server process on 127.0.0.1 (nginx, or aiohttp's static files
+where nginx is not installed; moto's S3 server) and ending it. ``benchmarks/bench_remote.py``
+and ``benchmarks/remote_peers.py`` start their servers with these too."""
 from __future__ import annotations
 
 import contextlib
@@ -82,18 +82,56 @@ http {{
 """
 
 
+def nginx_binary():
+    """The nginx the tests run: the one on PATH, or None. PATH alone decides (Debian installs
+    it in /usr/sbin), so that a run with a PATH without it takes the other server."""
+    return shutil.which("nginx")
+
+
 @contextlib.contextmanager
 def nginx(root, run):
-    """Debian's nginx serving the folder ``root`` (byte ranges included) on a free loopback
-    port, its files in the folder ``run``; yields the port."""
-    binary = shutil.which("nginx") or "/usr/sbin/nginx"
-    assert os.path.exists(binary), "nginx is not installed: apt-get install nginx-light (.ci/run installs it)"
+    """nginx serving the folder ``root`` (byte ranges included) on a free loopback port, its
+    files in the folder ``run``; yields the port."""
+    binary = nginx_binary()
+    assert binary, "nginx is not on PATH: apt-get install nginx-light, or use http_server()"
     port = free_port()
     os.makedirs(run, exist_ok=True)
     with open(os.path.join(run, "nginx.conf"), "w") as f:
         f.write(NGINX_CONF.format(run=run, root=root, port=port))
     with running([binary, "-c", os.path.join(run, "nginx.conf"), "-p", str(run)], port, "nginx"):
         yield port
+
+
+@contextlib.contextmanager
+def aiohttp_static(root):
+    """aiohttp's static files (``static_http.py``, the ``test`` extra) serving the folder
+    ``root`` (byte ranges included) on a free loopback port; yields the port."""
+    port = free_port()
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static_http.py")
+    with running([sys.executable, script, str(root), str(port)], port, "aiohttp static server"):
+        yield port
+
+
+def http_server_name():
+    """Which server ``http_server`` starts: what the test session's header says."""
+    binary = nginx_binary()
+    if binary:
+        return f"nginx ({binary})"
+    import aiohttp
+    return f"aiohttp {aiohttp.__version__} static files (no nginx on PATH)"
+
+
+@contextlib.contextmanager
+def http_server(root, run):
+    """A real HTTP server with byte ranges serving the folder ``root`` on a free loopback
+    port: nginx where it is on PATH, else aiohttp's static files, so that the README's two
+    commands pass the remote-pack tests on a machine without nginx; yields the port."""
+    if nginx_binary():
+        with nginx(root, run) as port:
+            yield port
+    else:
+        with aiohttp_static(root) as port:
+            yield port
 
 
 @contextlib.contextmanager

@@ -88,16 +88,25 @@ def test_resumed_run_repeats_the_uninterrupted_losses_bit_for_bit(tmp_path):
 
 def test_the_checkpoint_holds_the_loader_state(tmp_path):
     """Concern: training example, checkpoint contents. The checkpoint is one torch.save
-    file with the model, optimizer, schedule and the loader's resume state (its next
-    global step and its pipeline fingerprint), and a changed pipeline refuses it."""
+    file with the model, optimizer, schedule, the loader's resume state (its next global
+    step and its pipeline fingerprint) and the vocabulary's symbols (issue 38, item 2); a
+    changed pipeline refuses it, and so does a resume on data of another vocabulary."""
+    import onemodel_cy as om
     _finish(_run(["--stop-at", "3", "--checkpoint", "ck.pt"], tmp_path))
     ckpt = torch.load(tmp_path / "ck.pt", weights_only=False)
     assert {"model", "optimizer", "schedule", "loader"} <= set(ckpt)
     assert ckpt["loader"]["next_g"] == 3 and "SyntheticTextLines" in ckpt["loader"]["fingerprint"]
+    assert ckpt["vocabulary"] == "0123456789"
     example = _example()
     loader = example.make_loader(example.make_dataset(512, 0), 8, 0, workers=0)    # batch size 8, not 16
     with pytest.raises(ValueError, match="different pipeline"):
         example.resume_stream(loader, ckpt["loader"], 10)
+    lines = om.SyntheticTextLines(64, height=20, max_length=5, num_symbols=6, seed=3)
+    other = om.pack(lines, str(tmp_path / "six.pack"), vocabulary=lines.vocabulary, progress=False).path
+    refused = _run(["--resume", "ck.pt", "--train-pack", other], tmp_path)
+    text, _ = refused.communicate(timeout=300)
+    assert refused.returncode != 0 and ("ck.pt: the checkpoint's vocabulary '0123456789' is not the data's "
+                                        "'012345' (they first differ at id 7)") in text, text
 
 
 def test_the_example_trains_from_packs_with_shared_ids(tmp_path):

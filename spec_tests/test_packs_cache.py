@@ -1,8 +1,9 @@
 """The local cache of packs from a URL (issue 36, items 6, 8, 9, 10, 11, 14, 15, 16): it heals or says so.
 
-Against a real nginx on 127.0.0.1 serving packs (``remote_packs.py``), and, where a disk must
-be full or read-only, a real tmpfs of 1 MiB mounted for the test (``small_disk``: skipped
-where the sandbox does not let the tests mount one). A full disk under an exact folder is an
+Against a real HTTP server on 127.0.0.1 serving packs (``remote_packs.http_server``: nginx,
+or aiohttp's static files where nginx is not installed), and, where a disk must be full or
+read-only, a real tmpfs of 1 MiB mounted for the test (``small_disk``: skipped where the
+sandbox does not let the tests mount one). A full disk under an exact folder is an
 ``OSError`` naming the file, never a SIGBUS (its maps were sparse files written through
 memory maps); a read-only cache holding a complete copy serves it; a copy missing a file or
 a map is fetched again; eviction removes only the cache's own folders, and the partial
@@ -31,7 +32,7 @@ import pytest
 import onemodel_cy as om
 from onemodel_cy.data.packs.format import PackError
 from few_files import OUT_OF_FILES, THE_LIMIT, digest_of, open_with_few_files
-from remote_packs import free_port, items, nginx, running, same, write_packs
+from remote_packs import free_port, http_server, items, running, same, write_packs
 
 pytestmark = pytest.mark.usefixtures("without_fsync")     # conftest.py
 
@@ -42,15 +43,15 @@ GRAY = (0.5, 0.25)
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    """``(root folder served, base URL)``: nginx serving a gray pack ``gray``, a float32
+    """``(root folder served, base URL)``: the HTTP server serving a gray pack ``gray``, a float32
     sharded pack ``sharded`` and ``big`` (64 gray lines of 32 x 200: its pixels span many
     pages) on a free loopback port."""
-    run, root = tmp_path_factory.mktemp("nginx"), tmp_path_factory.mktemp("served")
+    run, root = tmp_path_factory.mktemp("server"), tmp_path_factory.mktemp("served")
     write_packs(root)
     rng = np.random.default_rng(5)
     om.pack([(rng.integers(0, 256, (32, 200), dtype=np.uint8), rng.integers(1, 9, 4), i, f"big{i}")
              for i in range(64)], str(root / "big"), progress=False)
-    with nginx(root, str(run)) as port:
+    with http_server(root, str(run)) as port:
         yield root, f"http://127.0.0.1:{port}"
 
 

@@ -2,8 +2,9 @@
 
 Whoever serves a pack writes its manifest: the names it gives, the sizes and counts it
 records, its length and its vocabulary. Each test here gives the reader a hostile or
-malformed manifest, on disk and at a URL served by a real nginx on 127.0.0.1 (Python's
-``http.server``, which ignores byte ranges, for the server that does), and checks that it
+malformed manifest, on disk and at a URL served by a real HTTP server on 127.0.0.1 (nginx,
+or aiohttp's static files where nginx is not installed; Python's ``http.server``, which
+ignores byte ranges, for the server that does), and checks that it
 is a ``PackError`` naming the pack, the file and the field, before anything is fetched or
 written outside the cache's own folders, in bounded memory, and that no message shows a
 password of the URL. Needs the ``remote`` extra (fsspec, aiohttp).
@@ -25,7 +26,7 @@ import pytest
 import onemodel_cy as om
 from onemodel_cy.data.packs import format as _format
 from onemodel_cy.data.packs.format import PackError
-from remote_packs import nothing_in, free_port, items, nginx, running, write_packs
+from remote_packs import free_port, http_server, items, nothing_in, running, write_packs
 
 pytestmark = pytest.mark.usefixtures("without_fsync")     # conftest.py
 
@@ -34,11 +35,11 @@ QUICK = {"attempts": 2, "backoff": 0.01}
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    """``(root folder served, base URL)``: nginx serving ``root`` (a gray pack ``gray``
+    """``(root folder served, base URL)``: the HTTP server serving ``root`` (a gray pack ``gray``
     and a float32 sharded pack ``sharded``) on a free loopback port."""
-    run, root = tmp_path_factory.mktemp("nginx"), tmp_path_factory.mktemp("served")
+    run, root = tmp_path_factory.mktemp("server"), tmp_path_factory.mktemp("served")
     write_packs(root)
-    with nginx(root, str(run)) as port:
+    with http_server(root, str(run)) as port:
         yield root, f"http://127.0.0.1:{port}"
 
 
@@ -235,7 +236,7 @@ def test_a_server_that_ignores_byte_ranges_is_refused_without_buffering_its_answ
     http.server ignores ``Range``) is refused at its first answer, having read at most the
     bytes asked for and one more: on opening (the pixels' header, 4 KiB asked for a 24 MiB
     file), and when a sample (240 bytes) is fetched from a server that ignores ranges after
-    the opening (the cache's copy opened through nginx first)."""
+    the opening (the cache's copy opened through the ranged server first)."""
     root, url = served
     port = free_port()
     cache = str(tmp_path / "cache")
@@ -249,7 +250,7 @@ def test_a_server_that_ignores_byte_ranges_is_refused_without_buffering_its_answ
                                                 r"for bytes 0-4095; the server must serve byte ranges"):
                 om.PackedImageDataset(plain, 0.5, 0.25, cache=cache, retry=QUICK)
         assert peak_of(opening) < 4 << 20
-        om.PackedImageDataset(f"{url}/big", 0.5, 0.25, cache=cache)      # the exact folder, through nginx
+        om.PackedImageDataset(f"{url}/big", 0.5, 0.25, cache=cache)      # the exact folder, through the ranged server
         dataset = om.PackedImageDataset(plain, 0.5, 0.25, cache=cache, retry=QUICK)
 
         def sample():
@@ -272,7 +273,7 @@ def test_a_password_in_the_url_is_in_no_message_repr_or_fingerprint(served, tmp_
     """Item 4: the user and password of a URL (``http://user:pass@host/...``), and the values
     of its query, appear in no PackError (a missing pack, a pack larger than the cache, a
     file changed at its URL, a sample that fails its check), in no repr and no fingerprint;
-    they still reach the server (nginx ignores them)."""
+    they still reach the server (which ignores them)."""
     root, url = served
     auth = url.replace("http://", f"http://alice:{SECRET}@")
     cache = str(tmp_path / "cache")

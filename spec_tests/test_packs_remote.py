@@ -1,8 +1,9 @@
 """Remote packs, a start (issue 25, part 3): ``PackedImageDataset("http://...", cache=...)``.
 
-Against a real HTTP server started here on 127.0.0.1: nginx from Debian (``nginx-light``,
-which .ci/run installs), serving a folder of packs with Range support, stopped at the end
-of the module. A pack and a sharded pack read from their URLs serve the local packs'
+Against a real HTTP server started here on 127.0.0.1 (``remote_packs.http_server``): nginx
+where it is on PATH (.ci/run installs Debian's ``nginx-light``), else aiohttp's static files
+(the ``test`` extra), serving a folder of packs with Range support, stopped at the end of
+the module. A pack and a sharded pack read from their URLs serve the local packs'
 samples at every index and the same batches through the loader (worker processes reopen
 them by URL and find them in the cache); the cache stays within its bound; a changed, a
 truncated and a missing file are each a PackError naming the URL, leaving nothing in the
@@ -28,21 +29,21 @@ import numpy as np
 import onemodel_cy as om
 from onemodel_cy.data.packs.format import PackError
 from harness import batch_bits
-from remote_packs import CONSTANTS, free_port, items, nginx, running, same, stream, write_packs
+from remote_packs import CONSTANTS, aiohttp_static, free_port, http_server, items, running, same, stream, write_packs
 
 pytestmark = pytest.mark.usefixtures("without_fsync")     # conftest.py
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    """``(root folder served, base URL)``: nginx serving ``root`` on a free loopback port."""
-    run, root = tmp_path_factory.mktemp("nginx"), tmp_path_factory.mktemp("served")
-    with nginx(root, str(run)) as port:
+    """``(root folder served, base URL)``: the HTTP server serving ``root`` on a free loopback port."""
+    run, root = tmp_path_factory.mktemp("server"), tmp_path_factory.mktemp("served")
+    with http_server(root, str(run)) as port:
         yield root, f"http://127.0.0.1:{port}"
 
 
 @pytest.fixture(scope="module")
 def packs(server):
-    """A gray pack and a float32 sharded pack of 3 shards, served by nginx."""
+    """A gray pack and a float32 sharded pack of 3 shards, served by the HTTP server."""
     root, url = server
     write_packs(root)
     return root, url
@@ -392,3 +393,30 @@ def test_a_step_with_a_transform_fetches_its_samples_together(packs, tmp_path):
     with pytest.raises(PackError, match=r"/moved/pixels\.npy: missing") as caught:
         loader.batch_at(1)
     assert any("while building global step 1" in note for note in caught.value.__notes__)
+
+
+def test_the_server_without_nginx_serves_byte_ranges_and_the_same_packs(packs, tmp_path):
+    """Issue 38, item 6: aiohttp's static files (``static_http.py``), the server the tests
+    take where nginx is not on PATH, run here whatever the machine has, so that both servers
+    are exercised on every run: a range request is a ``206`` of exactly those bytes, a range
+    past the end a ``416``, and both packs read from it sample by sample and whole are the
+    local packs."""
+    import urllib.error
+    import urllib.request
+    root, _ = packs
+    with aiohttp_static(root) as port:
+        url = f"http://127.0.0.1:{port}"
+        pixels = (root / "gray" / "pixels.npy").read_bytes()
+        request = urllib.request.Request(f"{url}/gray/pixels.npy", headers={"Range": "bytes=100-227"})
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            assert answer.status == 206 and answer.read() == pixels[100:228]
+            assert answer.headers["Content-Range"] == f"bytes 100-227/{len(pixels)}"
+        request = urllib.request.Request(f"{url}/gray/pixels.npy", headers={"Range": f"bytes={len(pixels)}-"})
+        with pytest.raises(urllib.error.HTTPError, match="416"):
+            urllib.request.urlopen(request, timeout=10)
+        for name, constants in CONSTANTS.items():
+            local = om.PackedImageDataset(str(root / name), *constants)
+            for verify in ("index", "full"):
+                remote = om.PackedImageDataset(f"{url}/{name}", *constants, cache=str(tmp_path / verify),
+                                               verify=verify)
+                same(local, remote)

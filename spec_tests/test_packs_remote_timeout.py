@@ -1,6 +1,6 @@
 """The loader's ``timeout`` over a pack at a URL fetched sample by sample (issue 36, item 13).
 
-Against nginx on 127.0.0.1 behind a real TCP proxy (``slow_proxy.py``) that the test makes
+Against a real HTTP server on 127.0.0.1 (``remote_packs.http_server``) behind a real TCP proxy (``slow_proxy.py``) that the test makes
 hold every request once the pack is open, until it lets them through. On every route the
 consumer's own wait for the samples of a step it builds or prepares (the first step of a
 stream, every step at 0 workers, the packed lane's preparations) ends after the loader's
@@ -22,7 +22,7 @@ import pytest
 
 import onemodel_cy as om
 from harness import batch_bits, live_workers
-from remote_packs import free_port, nginx, running, write_packs
+from remote_packs import free_port, http_server, running, write_packs
 
 pytestmark = pytest.mark.usefixtures("without_fsync")     # conftest.py
 
@@ -43,7 +43,7 @@ def proxied(tmp_path_factory):
     run, root = tmp_path_factory.mktemp("nginx"), tmp_path_factory.mktemp("served")
     write_packs(root)
     delay = str(run / "delay")
-    with nginx(root, str(run)) as port:
+    with http_server(root, str(run)) as port:
         listen = free_port()
         with running([sys.executable, os.path.join(HERE, "slow_proxy.py"), str(listen), str(port), delay],
                      listen, "slow_proxy.py"):

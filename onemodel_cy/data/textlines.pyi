@@ -7,6 +7,7 @@ import numpy.typing as npt
 from typing_extensions import disjoint_base
 
 from onemodel_cy.data.datasets import ArrayImageDataset
+from onemodel_cy.data.vocabulary import Vocabulary
 
 # The dataset's two derive streams (layout, pixels), beside those of §2.
 STREAM_TEXT_LAYOUT: int
@@ -35,9 +36,9 @@ class SyntheticTextLines(ArrayImageDataset):
     def noise(self) -> float: ...
     @property
     def seed(self) -> int: ...
-    # ("<blank>", "0", "1", ...): the character of each target id.
+    # Vocabulary("0123..."): the character of each target id, the CTC blank (id 0) first.
     @property
-    def vocabulary(self) -> tuple[str, ...]: ...
+    def vocabulary(self) -> Vocabulary: ...
     # The text of a target under `vocabulary` (ValueError for the blank or an id past it).
     def decode(self, target: Sequence[int] | npt.ArrayLike) -> str: ...
     # Initialises once: a second call raises RuntimeError.

@@ -19,7 +19,7 @@ from onemodel_cy.core.validate cimport as_size, as_u64, as_float32, mul_overflow
 from onemodel_cy.core.sealed cimport sealed_empty, sealed_vector
 from onemodel_cy.core.rng cimport derive_seed, draw_int, draw_single
 from onemodel_cy.data.datasets cimport ArrayImageDataset
-from onemodel_cy.data.vocabulary import BLANK as _BLANK, decode as _decode
+from onemodel_cy.data.vocabulary import decode as _decode, with_blank as _with_blank
 
 cnp.import_array()
 
@@ -204,8 +204,8 @@ cdef class SyntheticTextLines(ArrayImageDataset):
 
     @property
     def vocabulary(self):
-        """``("<blank>", "0", "1", ...)``: the character of each target id (``data/vocabulary.py``)."""
-        return (_BLANK,) + tuple(GLYPHS[:self.num_symbols])
+        """``Vocabulary("0123...")``: the character of each target id, blank first (``data/vocabulary.py``)."""
+        return _with_blank(GLYPHS[:self.num_symbols])
 
     def decode(self, target):
         """The text of ``target`` (target ids) under :attr:`vocabulary`."""

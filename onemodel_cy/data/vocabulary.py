@@ -1,10 +1,18 @@
-"""The one vocabulary convention of datasets with text targets (docs/guide.md, "Vocabularies").
+"""The one vocabulary convention of datasets with text targets, and its codec, ``Vocabulary``
+(docs/guide.md, "Vocabularies").
+
+Target ids are small integers, one per character of a text. Id ``BLANK_ID`` (0) is the
+CTC blank: no target holds it, a model's class 0 is it (``torch.nn.CTCLoss(blank=BLANK_ID)``),
+and ``vocabulary[BLANK_ID] == BLANK`` (``"<blank>"``). Ids 1, 2, ... are the symbols, each one
+character. This module is the only place that says so; everything else reads ``BLANK_ID``.
 
 A dataset whose targets are text (``SyntheticTextLines``, a ``PackedImageDataset`` written
-from text) has ``vocabulary``, a tuple of str indexed by target id: ``vocabulary[t]`` is
-the symbol of id ``t``, and id 0 is the CTC blank, ``vocabulary[0] == BLANK``, which no
-target holds (``torch.nn.CTCLoss(blank=0)``). ``decode(target, vocabulary)`` (and each
-such dataset's ``decode(target)``) gives a target's text.
+from text) has ``vocabulary``, a ``Vocabulary``: a tuple indexed by target id
+(``vocabulary[t]`` is the symbol of id ``t``, ``len(vocabulary)`` the number of classes,
+blank included) that encodes a text into ids (``encode``) and decodes ids into a text
+(``decode``). The pack writer encodes every text with it, ``show`` writes targets through
+it, and ``decode(target, vocabulary)`` (and each such dataset's ``decode(target)``) gives a
+target's text.
 
 A pack's manifest records the symbols of ids 1, 2, ... (``docs/packed-format.md``); the
 blank is added when the pack is opened, so a pack and the built-in data read alike.
@@ -13,14 +21,15 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["BLANK", "decode", "with_blank", "symbols_of", "are_symbols", "check_same"]
+__all__ = ["BLANK", "BLANK_ID", "Vocabulary", "decode", "with_blank", "symbols_of", "are_symbols", "check_same"]
 
 BLANK = "<blank>"
+BLANK_ID = 0
 
 
-def with_blank(symbols) -> tuple:
+def with_blank(symbols) -> Vocabulary:
     """The vocabulary of a dataset whose ids 1, 2, ... are ``symbols``."""
-    return (BLANK,) + tuple(symbols)
+    return Vocabulary(symbols)
 
 
 def symbols_of(vocabulary) -> list:
@@ -62,18 +71,115 @@ def check_same(*datasets) -> tuple:
 
 
 def decode(target, vocabulary) -> str:
-    """The text of ``target`` (a sequence of target ids) under ``vocabulary`` (blank first).
-    ``ValueError`` for an id that is the blank or lies past the vocabulary."""
+    """The text of ``target`` (a sequence of target ids) under ``vocabulary`` (blank first:
+    a dataset's ``vocabulary``). ``ValueError`` for an id that is the blank or lies past the
+    vocabulary."""
+    if vocabulary is None:
+        target_ids(target)
+        raise ValueError("this dataset has no vocabulary (its targets are not text)")
+    return text_of(target, vocabulary, strict=True)
+
+
+def target_ids(target) -> list:
+    """``target`` as a list of ints; ``TypeError`` unless it is a 1-D sequence of integers."""
     ids = np.asarray(target)
     if ids.ndim != 1 or not (ids.size == 0 or np.issubdtype(ids.dtype, np.integer)):
         raise TypeError(f"target must be a 1-D sequence of integer ids, received {target!r}")
-    if vocabulary is None:
-        raise ValueError("this dataset has no vocabulary (its targets are not text)")
+    return ids.tolist()
+
+
+def text_of(target, vocabulary, strict: bool) -> str:
+    """The one decoding of ids, for ``decode`` and ``Vocabulary.decode``: each id's symbol;
+    an id that is no symbol (the blank, or past the vocabulary) is a ``ValueError`` when
+    ``strict``, else written ``<id>`` (``show`` draws any target)."""
     count = len(vocabulary)
     symbols = []
-    for t in ids.tolist():
-        if not 1 <= t < count:
+    for t in target_ids(target):
+        if BLANK_ID < t < count:
+            symbols.append(vocabulary[t])
+        elif strict:
             raise ValueError(f"target id {t} is not a symbol: ids 1..{count - 1} are the vocabulary's "
-                             f"symbols and 0 is the CTC blank")
-        symbols.append(vocabulary[t])
+                             f"symbols and {BLANK_ID} is the CTC blank")
+        else:
+            symbols.append(f"<{t}>")
     return "".join(symbols)
+
+
+class Vocabulary(tuple):
+    """Text to target ids and back: the codec of every dataset with text targets.
+
+    ``Vocabulary("0123456789")`` gives the characters of the text ids 1, 2, ... in order;
+    id ``BLANK_ID`` (0) is the CTC blank (``vocabulary[0] == BLANK``). A sequence of
+    one-character strings is taken too, with or without the blank in front (a dataset's
+    ``vocabulary``, a pack manifest's list). ``Vocabulary.from_texts(texts)`` builds the one
+    the pack writer builds when it is given none: every character of the non-empty texts,
+    sorted by code point.
+
+    It is a tuple indexed by id (``len(vocabulary)`` is the number of a model's classes,
+    blank included) and compares equal to the plain tuple of the same symbols, so it goes
+    wherever a dataset's ``vocabulary`` went before. ``encode(text)`` gives the ids of a
+    text (int32), ``decode(ids)`` the text of ids; ``symbols`` the characters of ids 1, 2, ...
+    as one string (what ``--vocabulary`` takes and a checkpoint can keep).
+    """
+    def __new__(cls, symbols=()):
+        if isinstance(symbols, Vocabulary):
+            return symbols
+        if isinstance(symbols, str):
+            listed = list(symbols)
+        elif isinstance(symbols, (bytes, bytearray)) or not hasattr(symbols, "__iter__"):
+            raise TypeError(f"a vocabulary is a str of its symbols or a sequence of one-character strings, "
+                            f"received {type(symbols).__name__} {symbols!r}")
+        else:
+            listed = symbols_of(symbols)
+        if not are_symbols(listed):
+            raise ValueError(f"a vocabulary's symbols must be distinct one-character strings (ids 1, 2, ... in "
+                             f"order; id {BLANK_ID} is the CTC blank), received {symbols!r}")
+        return super().__new__(cls, (BLANK, *listed))
+
+    @classmethod
+    def from_texts(cls, texts) -> Vocabulary:
+        """Every character of the non-empty ``texts`` (blank-only texts count as empty),
+        sorted by code point: the writer's vocabulary when it is given none."""
+        characters = set()
+        for position, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise TypeError(f"text {position} is not a str: {text!r} of type {type(text).__name__}")
+            if text.strip():
+                characters.update(text)
+        return cls(sorted(characters))
+
+    @property
+    def symbols(self) -> str:
+        """The characters of ids 1, 2, ... in order."""
+        return "".join(self[1:])
+
+    def unknown(self, text: str) -> str:
+        """The characters of ``text`` that are no symbol, sorted, each once ("" if none)."""
+        return "".join(sorted(set(text) - set(self[1:])))
+
+    def encode(self, text: str) -> np.ndarray:
+        """The target ids of ``text``, one per character, as int32. ``TypeError`` for
+        anything but a str; ``ValueError`` naming the characters that are no symbol."""
+        if not isinstance(text, str):
+            raise TypeError(f"encode takes a str, received {type(text).__name__} {text!r}")
+        ids = self.__dict__.get("_ids")
+        if ids is None:         # built once: a writer encodes every line of a pack with it
+            ids = self.__dict__["_ids"] = {symbol: t for t, symbol in enumerate(self) if t != BLANK_ID}
+        try:
+            return np.array([ids[character] for character in text], dtype=np.int32)
+        except KeyError:
+            shown = text if len(text) <= 60 else text[:57] + "..."
+            raise ValueError(f"text {shown!r} has characters outside the vocabulary: {self.unknown(text)!r} "
+                             f"(its symbols: {self.symbols[:80]!r})") from None
+
+    def decode(self, ids, *, strict: bool = True) -> str:
+        """The text of ``ids`` (a 1-D sequence of target ids). An id that is the blank or
+        lies past the vocabulary is a ``ValueError``; with ``strict=False`` it is written
+        ``<id>`` instead (to show any target, a model's raw output included)."""
+        return text_of(ids, self, strict)
+
+    def __repr__(self) -> str:
+        return f"Vocabulary({self.symbols!r})"
+
+    def __reduce__(self):
+        return Vocabulary, (self.symbols,)

@@ -9,6 +9,7 @@ from typing_extensions import disjoint_base
 
 from onemodel_cy.data.datasets import PackedSource, Sample
 from onemodel_cy.data.packs.exact import RemoteSamples
+from onemodel_cy.data.vocabulary import Vocabulary
 
 VERIFY: tuple[str, str]
 FETCH: tuple[str, str, str]
@@ -106,7 +107,7 @@ class PackedImageDataset(PackedSource):
     # madvise(MADV_DONTNEED) of the pixel mapping, now.
     def release_pages(self) -> bool: ...
     @property
-    def vocabulary(self) -> tuple[str, ...] | None: ...
+    def vocabulary(self) -> Vocabulary | None: ...
     # The text of a target under `vocabulary` (ValueError for the blank or an id past it).
     def decode(self, target: Sequence[int] | npt.ArrayLike) -> str: ...
     @property

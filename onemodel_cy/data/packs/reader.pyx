@@ -456,8 +456,8 @@ cdef class PackedImageDataset(PackedSource):
 
     @property
     def vocabulary(self):
-        """``("<blank>", symbol of id 1, ...)``: ``vocabulary[t]`` is the symbol of target id
-        ``t``, id 0 the CTC blank (``data/vocabulary.py``, as ``SyntheticTextLines``); None
+        """The ``Vocabulary`` of the pack, ``("<blank>", symbol of id 1, ...)``: ``vocabulary[t]``
+        is the symbol of target id ``t``, id 0 the CTC blank (``data/vocabulary.py``, as ``SyntheticTextLines``); None
         when the pack was not written from text. (The manifest lists ids 1, 2, ...)"""
         symbols = self.manifest.get("vocabulary") if self.manifest is not None else None
         return None if symbols is None else _with_blank(symbols)

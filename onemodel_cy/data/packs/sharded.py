@@ -33,7 +33,7 @@ from onemodel_cy.core.validate import note_exception
 from onemodel_cy.data.packs.format import INT32_END, SHARDED_FORMAT, VERSION, PackError, open_manifest, write_manifest
 from onemodel_cy.data.packs.publish import publish, remove_path, sync_folder
 from onemodel_cy.data.packs.writer import PackReport, _PackWriter, is_container, recorded_vocabulary, with_progress
-from onemodel_cy.data.vocabulary import with_blank
+from onemodel_cy.data.vocabulary import Vocabulary
 
 ENGINES = ("local", "dask")
 
@@ -44,13 +44,11 @@ class ShardJob:
     engine's worker: it holds the folder entries (not the images) or the dataset itself."""
     name: str                   # the shard's folder name in the pack
     source: str                 # "folder", a container's format or "dataset", recorded in the shard's manifest
-    vocabulary: list | None     # fixed by the plan, the same in every shard
+    vocabulary: Vocabulary | None   # fixed by the plan, the same in every shard: it encodes the texts
     start: int                  # the partition: items start .. stop - 1 of the plan
     stop: int
     entries: list = None        # a folder: the labels file's entries of this partition
-    ids: dict = None
-    height: int = 0
-    mode: str = "L"
+    fit: object = None          # sources.Fit: how every line is fitted, the same in every shard
     threads: int = 1
     dataset: object = None      # a dataset: the whole dataset (its items start .. stop - 1 packed)
     container: object = None    # a container (containers.py): its paths and options, its records in entries
@@ -63,10 +61,10 @@ class ShardJob:
         if self.entries is not None:
             from onemodel_cy.data.packs.sources import decoded
             skipped = []
-            return decoded(self.entries, self.ids, self.height, self.mode, self.threads, skipped,
+            return decoded(self.entries, self.vocabulary, self.fit, self.threads, skipped,
                            self.container), skipped
         from onemodel_cy.data.packs.sources import dataset_samples
-        return dataset_samples(self.dataset, self.start, self.stop)
+        return dataset_samples(self.dataset, self.start, self.stop, self.fit)
 
     def check_files(self) -> None:
         """On an engine's worker: each file this partition names (by its absolute path) is
@@ -113,10 +111,11 @@ def write_shard(folder: str, job: ShardJob) -> dict:
     return {"name": job.name, "count": count, "skipped": skipped}
 
 
-def plan(source, shards, *, labels, height, mode, vocabulary, workers, engine):
+def plan(source, shards, *, labels, height, mode, vocabulary, workers, engine, max_width=None, too_wide="downscale"):
     """``(jobs, skipped, vocabulary, source name)``: the source cut into ``shards`` contiguous
     partitions, ``shards`` at most the number of items to pack."""
     container = is_container(source)
+    fitting = (height, mode, max_width, too_wide)
     # Every path resolved here, on the client: a task reads what the client named, whatever
     # its worker's working folder (a relative path on a worker is its own folder's).
     if container:
@@ -125,32 +124,36 @@ def plan(source, shards, *, labels, height, mode, vocabulary, workers, engine):
         source = os.path.abspath(os.fspath(source))
         labels = None if labels is None else os.path.abspath(os.fspath(labels))
     if container or isinstance(source, (str, os.PathLike)):
-        from onemodel_cy.data.packs.sources import container_plan, decode_threads, folder_plan
+        from onemodel_cy.data.packs.sources import container_plan, decode_threads, fit_for, folder_plan
         if container:
             if labels is not None:
                 raise TypeError(f"labels= is a folder's labels file; {source!r} holds its texts")
-            entries, ids, symbols, skipped = container_plan(source, height, mode, vocabulary)
+            fit = fit_for(*fitting, files=True)
+            entries, vocabulary, skipped = container_plan(source, vocabulary)
             name = source.format
         elif labels is None:
             raise TypeError("packing a folder needs labels= (a file of 'name<TAB>text' lines)")
         else:
-            entries, ids, symbols, skipped = folder_plan(source, labels, height, mode, vocabulary)
+            fit = fit_for(*fitting, files=True)
+            entries, vocabulary, skipped = folder_plan(source, labels, vocabulary)
             name = "folder"
         # On an engine its workers are the parallelism: one decoding thread per task by default.
         threads = decode_threads(workers, default=1 if engine != "local" else None)
-        common = dict(source=name, vocabulary=symbols, ids=ids, height=height, mode=mode, threads=threads,
+        common = dict(source=name, vocabulary=vocabulary, fit=fit, threads=threads,
                       container=source if container else None)
         cut = partitions(len(entries), shards)
         # On an engine, the bytes of each image as the client sees it: the task checks it reads those files.
         sizes = [os.path.getsize(entry[2]) for entry in entries] if engine != "local" and not container else None
         return ([ShardJob(shard_name(k), start=a, stop=b, entries=entries[a:b],
                           sizes=None if sizes is None else sizes[a:b], **common)
-                 for k, (a, b) in enumerate(cut)], skipped, symbols, name)
+                 for k, (a, b) in enumerate(cut)], skipped, vocabulary, name)
     if hasattr(source, "get_sample"):
-        symbols = recorded_vocabulary(vocabulary)
+        from onemodel_cy.data.packs.sources import fit_for
+        fit = fit_for(*fitting, files=False)
+        vocabulary = recorded_vocabulary(vocabulary)
         cut = partitions(len(source), shards)
-        return ([ShardJob(shard_name(k), "dataset", symbols, a, b, dataset=source) for k, (a, b) in enumerate(cut)],
-                [], symbols, "dataset")
+        return ([ShardJob(shard_name(k), "dataset", vocabulary, a, b, dataset=source, fit=fit)
+                 for k, (a, b) in enumerate(cut)], [], vocabulary, "dataset")
     raise TypeError(f"shards= needs a folder of images (with labels=), a container or a dataset (len and "
                     f"get_sample), whose items can be cut into partitions; received {type(source).__name__} "
                     f"(pack writes an iterable, whole)")
@@ -191,15 +194,17 @@ def finish(folder: str, out: str, results: list, vocabulary, source: str, overwr
     if count >= INT32_END:
         raise ValueError(f"a pack holds fewer than 2**31 samples, these shards hold {count}")
     write_manifest(folder, {"format": SHARDED_FORMAT, "version": VERSION, "count": count, "pixels": kinds.pop(),
-                            "vocabulary": vocabulary, "source": source, "shards": shards})
+                            "vocabulary": None if vocabulary is None else list(vocabulary.symbols),
+                            "source": source, "shards": shards})
     sync_folder(folder)
     size = sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(folder) for f in files)
     publish(folder, out, overwrite)
     return count, len(shards), size
 
 
-def pack_sharded(source, out, *, shards, engine="local", engine_workers=None, labels=None, height=32, mode="L",
-                 vocabulary=None, workers=None, progress=True, overwrite=False) -> PackReport:
+def pack_sharded(source, out, *, shards, engine="local", engine_workers=None, labels=None, height=None, mode=None,
+                 max_width=None, too_wide="downscale", vocabulary=None, workers=None, progress=True,
+                 overwrite=False) -> PackReport:
     """Write the samples :func:`pack` writes for ``source`` as a sharded pack of ``shards``
     shards (``docs/packed-format.md``, "Sharded packs"), one per contiguous partition of the
     source, each written by a task: the same sample at every index, the same vocabulary
@@ -234,8 +239,8 @@ def pack_sharded(source, out, *, shards, engine="local", engine_workers=None, la
     out = os.path.abspath(os.fspath(out))
     if os.path.lexists(out) and not overwrite:
         raise FileExistsError(f"{out}: already exists (pass overwrite=True / --overwrite to replace it)")
-    jobs, skipped, symbols, name = plan(source, shards, labels=labels, height=height, mode=mode,
-                                        vocabulary=vocabulary, workers=workers, engine=engine)
+    jobs, skipped, vocabulary, name = plan(source, shards, labels=labels, height=height, mode=mode, max_width=max_width,
+                                           too_wide=too_wide, vocabulary=vocabulary, workers=workers, engine=engine)
     parent, base = os.path.split(out)
     os.makedirs(parent, exist_ok=True)
     folder = os.path.join(parent, f".{base}.partial-{os.getpid()}-{secrets.token_hex(4)}")
@@ -247,13 +252,12 @@ def pack_sharded(source, out, *, shards, engine="local", engine_workers=None, la
             from onemodel_cy.data.packs.dask import run_on_dask
             results = run_on_dask(write_shard, folder, jobs, client=client, workers=engine_workers,
                                   progress=progress)
-        count, written, size = finish(folder, out, results, symbols, name, overwrite)
+        count, written, size = finish(folder, out, results, vocabulary, name, overwrite)
     except BaseException:
         abandon(folder)
         raise
     skipped = skipped + [item for result in results for item in result["skipped"]]
-    return PackReport(out, count, skipped, time.perf_counter() - started, size,
-                      None if symbols is None else with_blank(symbols), shards=written)
+    return PackReport(out, count, skipped, time.perf_counter() - started, size, vocabulary, shards=written)
 
 
 def engine_of(engine, engine_workers) -> tuple:

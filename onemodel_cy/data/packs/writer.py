@@ -3,7 +3,7 @@
 The sources: a folder of image files with a labels file (decoded with Pillow, the
 ``pack`` extra, in threads: Pillow decodes and resizes without the GIL), an LMDB, Parquet
 files or WebDataset tars (``containers.py``, their records decoded as a folder's), any iterable of
-``(image, target, label)`` or ``(image, target, label, key)``, and any dataset with
+``(image, target, label)`` or ``(image, target, label, key)`` (the target a text or ids), and any dataset with
 ``get_sample``. A pack is written into a hidden temporary folder beside the destination
 and renamed into place only once its manifest is written, so an interrupted pack never
 looks complete; the rename never replaces what another writer published meanwhile unless
@@ -26,7 +26,7 @@ from onemodel_cy.data.packs.containers import Container
 from onemodel_cy.data.packs.format import (DIGEST_BYTES, FORMAT, HEADER_BYTES, VERSION, PackError, array_entry,
                                            npy_header, sync, write_manifest, write_npy)
 from onemodel_cy.data.packs.publish import publish
-from onemodel_cy.data.vocabulary import with_blank
+from onemodel_cy.data.vocabulary import Vocabulary
 
 __all__ = ["pack", "PackReport", "PackError"]
 
@@ -41,7 +41,7 @@ class PackReport:
     skipped: list
     seconds: float
     bytes: int
-    vocabulary: tuple = None    # as the pack reads it, blank first (data/vocabulary.py); None: no text
+    vocabulary: Vocabulary = None   # as the pack reads it, blank first (data/vocabulary.py); None: no text
     shards: int = None          # a sharded pack's number of shards; None: a plain pack
 
     def summary(self) -> str:
@@ -50,7 +50,7 @@ class PackReport:
                  f"{self.seconds:.1f} s ({self.count / max(self.seconds, 1e-9):.0f} samples/s); "
                  f"skipped {len(self.skipped)}"]
         if self.vocabulary is not None:
-            symbols = "".join(self.vocabulary[1:])
+            symbols = Vocabulary(self.vocabulary).symbols
             lines.append(f"  vocabulary: {len(self.vocabulary) - 1} symbols, ids 1.. = {symbols!r} (0: the CTC "
                          f"blank); pass --vocabulary-from {self.path} to give another pack the same ids")
         lines += [f"  skipped {item}: {reason}" for item, reason in self.skipped]
@@ -86,9 +86,11 @@ class _PackWriter:
         self.offsets, self.shapes, self.labels, self.keys, self.digests = [], [], [], [], []
         self.targets, self.target_ends = [], [0]
 
-    def add(self, image: np.ndarray, target: np.ndarray, label: int, key: bytes | None) -> None:
+    def add(self, image: np.ndarray, target, label: int, key: bytes | None) -> None:
         """One sample, already checked (``sources.py``): uint8 [H, W] / [H, W, 3] or float32
-        [C, H, W] of either byte order (stored little-endian), an int label, a UTF-8 key."""
+        [C, H, W] of either byte order (stored little-endian), int32 target ids or a text
+        (one id per character, encoded by ``finish`` once the vocabulary is known), an int
+        label, a UTF-8 key."""
         if image.dtype == np.uint8:
             kind = "gray8" if image.ndim == 2 else "rgb8"
             c, h, w = (1, *image.shape) if image.ndim == 2 else (3, image.shape[0], image.shape[1])
@@ -106,16 +108,22 @@ class _PackWriter:
         self.total += c * h * w
         self.shapes.append((c, h, w))
         self.targets.append(target)
-        self.target_ends.append(self.target_ends[-1] + target.shape[0])
+        self.target_ends.append(self.target_ends[-1] + len(target))
         self.labels.append(label)
         self.keys.append(key)
 
     def finish(self, vocabulary, source: str) -> tuple[int, int]:
         """Write the arrays and the manifest, then rename the folder into place; the count
-        and the bytes of the pack."""
+        and the bytes of the pack. ``vocabulary`` (a ``Vocabulary``, its symbols, or None)
+        encodes the targets added as text and is recorded in the manifest."""
         n = len(self.labels)
         if n == 0:
             raise ValueError("nothing to pack: every item was skipped or the source was empty")
+        if vocabulary is not None:
+            vocabulary = Vocabulary(vocabulary)
+            self.targets = [vocabulary.encode(t) if isinstance(t, str) else t for t in self.targets]
+        elif any(isinstance(t, str) for t in self.targets):
+            raise TypeError("targets given as text need a vocabulary to encode them")
         descr = "<f4" if self.kind == "float32" else "|u1"
         self.pixels.seek(0)
         self.pixels.write(npy_header(descr, (self.total,)))
@@ -135,7 +143,7 @@ class _PackWriter:
             write_npy(os.path.join(self.tmp, f"{name}.npy"), values, descr_)
             arrays[name] = (descr_, values.shape)
         manifest = {"format": FORMAT, "version": VERSION, "count": n, "pixels": self.kind,
-                    "vocabulary": vocabulary, "source": source,
+                    "vocabulary": None if vocabulary is None else list(vocabulary.symbols), "source": source,
                     "arrays": {name: array_entry(self.tmp, name, d, shape) for name, (d, shape) in arrays.items()}}
         write_manifest(self.tmp, manifest)      # last: a folder without it is no pack
         size = sum(os.path.getsize(os.path.join(self.tmp, f)) for f in os.listdir(self.tmp))
@@ -166,8 +174,8 @@ def close_quietly(f) -> None:
         pass
 
 
-def pack(source, out, *, labels=None, height=32, mode="L", vocabulary=None, workers=None,
-         progress=True, overwrite=False) -> PackReport:
+def pack(source, out, *, labels=None, height=None, mode=None, max_width=None, too_wide="downscale",
+         vocabulary=None, workers=None, progress=True, overwrite=False) -> PackReport:
     """Write a pack (``docs/packed-format.md``) to the folder ``out``.
 
     Parameters
@@ -177,24 +185,38 @@ def pack(source, out, *, labels=None, height=32, mode="L", vocabulary=None, work
         ``WebDatasetSource`` (encoded images and their texts in one container, decoded,
         fitted and encoded as a folder's are); an iterable of ``(image, target, label)`` or
         ``(image, target, label, key)`` with a uint8 ``[H, W]`` / ``[H, W, 3]`` or float32
-        ``[C, H, W]`` image; or any object with ``get_sample(i)`` and ``len``.
+        ``[C, H, W]`` image and a target that is a text (``str``, encoded by the
+        ``Vocabulary``) or integer ids, one kind for every item; or any object with
+        ``get_sample(i)`` and ``len``.
     out : path
         The pack's folder; must not exist unless ``overwrite``. Without ``overwrite``, a
         pack another writer publishes there meanwhile is never replaced: this one then
         fails with a ``FileExistsError`` (its temporary folder removed).
     labels : path, optional
         For a folder: a UTF-8 text file, one ``file name<TAB>text`` per line.
-    height : int, default 32
-        For a folder or a container: every image is resized to this height, keeping its aspect ratio.
-    mode : {"L", "RGB"}, default "L"
-        For a folder or a container: 8-bit grey or 8-bit RGB pixels.
-    vocabulary : str or sequence of str, optional
-        The symbols of target ids 1, 2, ... (0 is left to the CTC blank), or a dataset's
-        ``vocabulary`` (blank first; another pack's, so that both packs give one symbol
-        one id: ``data/vocabulary.py``).
-        For a folder or a container, the characters text may use (by default every character of the
-        non-empty texts, sorted, taken before decoding: it covers a text whose image turns
-        out unreadable too); for any other source it is recorded in the manifest as given.
+    height : int, optional
+        Every line is resized to this height, its aspect ratio kept. Default: 32 for images
+        decoded from files (a folder, a container); an array (an iterable's, a dataset's)
+        keeps its own height unless ``height``, ``mode`` or ``max_width`` is given. The one
+        policy of every source is ``sources.Fit`` (docs/guide.md, "Fitting lines to a height").
+    mode : {"L", "RGB"}, optional
+        8-bit grey or 8-bit RGB pixels: a colour line becomes grey (ITU-R 601-2 luma), a grey
+        one three equal channels. Default: ``"L"`` for files; an array keeps its kind (a
+        float32 image always keeps its channels).
+    max_width : int, optional
+        The widest line packed, once fitted to the height (default: no limit).
+    too_wide : {"downscale", "skip"}, default "downscale"
+        A line wider than ``max_width``: narrowed to ``max_width`` (its height kept), or
+        not packed and listed in the report's ``skipped``.
+    vocabulary : Vocabulary, str or sequence of str, optional
+        The symbols of target ids 1, 2, ... (``BLANK_ID``, 0, is the CTC blank), as
+        ``Vocabulary`` takes them: a dataset's ``vocabulary`` too (another pack's, so that
+        both packs give one symbol one id: ``data/vocabulary.py``).
+        For texts (a folder, a container, an iterable of texts), the characters they may use:
+        a text with others is skipped. By default every character of the non-empty texts,
+        sorted (``Vocabulary.from_texts``), taken before decoding (it covers a text whose
+        image turns out unreadable too); an iterable's texts are encoded once it is spent.
+        For integer ids (a dataset, an iterable of ids) it is recorded in the manifest as given.
     workers : int, optional
         Decoding threads for a folder or a container (default: the number of CPUs).
     progress : bool, default True
@@ -209,34 +231,41 @@ def pack(source, out, *, labels=None, height=32, mode="L", vocabulary=None, work
     started = time.perf_counter()
     writer = _PackWriter(out, overwrite)
     try:
+        from onemodel_cy.data.packs.sources import fit_for
+        fitting = (height, mode, max_width, too_wide)
         if is_container(source):
             if labels is not None:
                 raise TypeError(f"labels= is a folder's labels file; {source!r} holds its texts")
             from onemodel_cy.data.packs.sources import container_samples
-            items, skipped, vocab, total = container_samples(source, height, mode, vocabulary, workers)
+            fit = fit_for(*fitting, files=True)
+            items, skipped, vocab, total = container_samples(source, fit, vocabulary, workers)
             name = source.format
         elif isinstance(source, (str, os.PathLike)):
             if labels is None:
                 raise TypeError("packing a folder needs labels= (a file of 'name<TAB>text' lines)")
             from onemodel_cy.data.packs.sources import folder_samples
-            items, skipped, vocab, total = folder_samples(source, labels, height, mode, vocabulary, workers)
+            fit = fit_for(*fitting, files=True)
+            items, skipped, vocab, total = folder_samples(source, labels, fit, vocabulary, workers)
             name = "folder"
         elif hasattr(source, "get_sample"):
             from onemodel_cy.data.packs.sources import dataset_samples
-            items, skipped, total, name = (*dataset_samples(source), len(source), "dataset")
+            fit = fit_for(*fitting, files=False)
+            items, skipped, total, name = (*dataset_samples(source, fit=fit), len(source), "dataset")
             vocab = recorded_vocabulary(vocabulary)
         else:
             from onemodel_cy.data.packs.sources import iterable_samples
-            items, skipped, total, name = (*iterable_samples(source), None, "iterable")
-            vocab = recorded_vocabulary(vocabulary)
+            items, skipped, texts = iterable_samples(source, vocabulary, fit_for(*fitting, files=False))
+            total, name, vocab = None, "iterable", None
         for image, target, label, key in with_progress(items, total, progress):
             writer.add(image, target, label, key)
+        if name == "iterable":
+            vocab = texts.vocabulary()      # known once the iterable is spent, when it is built from its texts
         count, size = writer.finish(vocab, name)
     except BaseException as error:
         writer.abort(error)
         raise
     return PackReport(writer.out, count, skipped, time.perf_counter() - started, size,
-                      None if vocab is None else with_blank(vocab))
+                      None if vocab is None else Vocabulary(vocab))
 
 
 def is_container(source) -> bool:
@@ -245,12 +274,9 @@ def is_container(source) -> bool:
 
 
 def recorded_vocabulary(vocabulary):
-    """A vocabulary given with an iterable or a dataset is recorded as given (its targets
-    are already symbols)."""
-    if vocabulary is None:
-        return None
-    from onemodel_cy.data.packs.sources import symbol_table
-    return symbol_table(vocabulary, ())
+    """A vocabulary given with a dataset (or an iterable of ids) is recorded as given (its
+    targets are already ids)."""
+    return None if vocabulary is None else Vocabulary(vocabulary)
 
 
 def with_progress(items, total, progress, unit="img"):
