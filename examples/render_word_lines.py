@@ -22,7 +22,7 @@ family with many weights (Noto, Lato) weighs no more than one with four.
 Text: 1 to ``--max-words`` words of ``--words`` (default ``/usr/share/dict/words`` from
 Debian's ``wamerican``; only the words spelt with the vocabulary), sometimes capitalised or
 in capitals, sometimes followed by a comma or a full stop, sometimes a number instead. The
-vocabulary is ``VOCABULARY``: letters, digits, space and ``'.,-``.
+vocabulary is ``VOCABULARY``: letters, digits, space and ``'.,``.
 
 Pictures: dark text on a light background (each line its own ink and paper grey), drawn at
 a large size between the font's own top and bottom (its ``Hgjpqy`` box, so a word without
