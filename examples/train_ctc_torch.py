@@ -72,7 +72,7 @@ FORMAT = "train_ctc_torch/2"
 SETTINGS = dict(steps=None, batch_size=32, lr=None, seed=0, threads=2, augment=True, bucket=True, hidden=None,
                 train_size=12800, eval_size=1000, train_pack=None, test_pack=None, mean=0.5, std=0.25,
                 zero_images=False)
-PACK_STEPS, BUILTIN_STEPS = 1200, 400
+PACK_STEPS, BUILTIN_STEPS = 1000, 400
 PACK_LR, BUILTIN_LR = 2e-3, 2e-3
 
 
