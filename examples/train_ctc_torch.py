@@ -449,8 +449,9 @@ def train(args):
     print(f"train: {len(train_set)} lines, {len(train_set.vocabulary) - 1} symbols; held out: {len(held_out)} "
           f"lines; model: hidden {config['hidden']}, channels {config['channels']}, {params / 1e6:.2f} M parameters; "
           f"steps {first}..{stop - 1} of {args.steps}, batch {args.batch_size}, augment {args.augment}, "
-          f"{'bucketed' if args.bucket else 'shuffled'} batches ({padding_fraction(train_loader.sampler, train_set.widths, 200):.1%} "
-          f"padding before augmentation), {args.threads} torch threads, {args.workers} loader workers", flush=True)
+          f"{'bucketed' if args.bucket else 'shuffled'} batches "
+          f"({padding_fraction(train_loader.sampler, train_set.widths, 200):.1%} padding before augmentation), "
+          f"{args.threads} torch threads, {args.workers} loader workers", flush=True)
     progress = Progress(first, stop, args.log_every, not args.no_bar)
     padded = real = 0
     trained = evaluating = 0.0
@@ -474,7 +475,8 @@ def train(args):
             g = stream.next_g
             now = time.perf_counter()
             trained, last = trained + now - last, now
-            progress.update(g, f"loss {losses[-1]:.4f}  lr {schedule.get_last_lr()[0]:.2e}  padding {1 - real / padded:.1%}")
+            progress.update(g, f"loss {losses[-1]:.4f}  lr {schedule.get_last_lr()[0]:.2e}  "
+                               f"padding {1 - real / padded:.1%}")
             if args.eval_every and g % args.eval_every == 0 and g < stop:
                 cer, (truth, predicted) = character_error_rate(model, eval_loader)
                 progress.say(f"step {g:5d}  held-out CER {cer:.2%}  ({trained:.0f} s of training)  "
