@@ -209,7 +209,7 @@ def main(argv=None):
     write_set(os.path.join(args.out, "train"), args.train_lines, train_fonts, words, args, rng)
     write_set(os.path.join(args.out, "test"), args.test_lines, test_fonts, words, args, rng)
     print(f"wrote {args.train_lines} training and {args.test_lines} test lines of {len(words)} words to "
-          f"{args.out}/train and {args.out}/test in {time.perf_counter() - started:.0f} s", flush=True)
+          f"{os.path.join(args.out, 'train')} and {os.path.join(args.out, 'test')} in {time.perf_counter() - started:.0f} s", flush=True)
     return 0
 
 
