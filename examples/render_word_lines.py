@@ -206,10 +206,11 @@ def main(argv=None):
     words = read_words(args.words, VOCABULARY)
     started = time.perf_counter()
     rng = random.Random(args.seed)
-    write_set(os.path.join(args.out, "train"), args.train_lines, train_fonts, words, args, rng)
-    write_set(os.path.join(args.out, "test"), args.test_lines, test_fonts, words, args, rng)
+    train_dir, test_dir = os.path.join(args.out, "train"), os.path.join(args.out, "test")
+    write_set(train_dir, args.train_lines, train_fonts, words, args, rng)
+    write_set(test_dir, args.test_lines, test_fonts, words, args, rng)
     print(f"wrote {args.train_lines} training and {args.test_lines} test lines of {len(words)} words to "
-          f"{os.path.join(args.out, 'train')} and {os.path.join(args.out, 'test')} in {time.perf_counter() - started:.0f} s", flush=True)
+          f"{train_dir} and {test_dir} in {time.perf_counter() - started:.0f} s", flush=True)
     return 0
 
 

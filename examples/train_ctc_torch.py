@@ -325,6 +325,11 @@ def settings_of(args, saved=None):
                              f"and this run was given {option} {given}")
     if args.train_pack is not None and args.test_pack is None:
         args.test_pack = args.train_pack
+    # Absolute paths (a URL as given), so that the checkpoint's hints hold from any folder.
+    for key in ("train_pack", "test_pack"):
+        path = getattr(args, key)
+        if path is not None and "://" not in path:
+            setattr(args, key, os.path.abspath(path))
     if args.steps is None:
         args.steps = BUILTIN_STEPS if args.train_pack is None else PACK_STEPS
     if args.lr is None:
@@ -421,7 +426,14 @@ def train(args):
     if ckpt is not None and args.checkpoint is None:
         args.checkpoint = args.resume
     setup_torch(args)
-    train_set, held_out, (in_channels, height) = make_datasets(args)
+    try:
+        train_set, held_out, (in_channels, height) = make_datasets(args)
+    except (OSError, ValueError) as error:
+        if ckpt is None:
+            raise
+        raise SystemExit(f"--resume {args.resume}: cannot open the packs it was trained on ({error}); it "
+                         f"recorded {ckpt['data']['train']['path']} and {ckpt['data']['test']['path']}: pass "
+                         f"--train-pack and --test-pack where they are now") from None
     data = data_record(train_set, held_out, args)
     config = model_config(len(train_set.vocabulary), in_channels, height, args.hidden)
     if ckpt is not None:
