@@ -130,3 +130,78 @@ def test_the_example_trains_from_packs_with_shared_ids(tmp_path):
     refused = _run(["--train-pack", train, "--test-pack", other], tmp_path)
     text, _ = refused.communicate(timeout=300)
     assert refused.returncode != 0 and "--vocabulary-from" in text, text
+
+
+def _run_alone(args, cwd):
+    """The example in a new process with ``args`` only (no SHORT): what a user types."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+    return subprocess.Popen([sys.executable, EXAMPLE, *args], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _tiny_packs(folder):
+    """A train pack of 256 lines and a test pack of 32 (the train pack's ids), 20 pixels high."""
+    import onemodel_cy as om
+    lines = om.SyntheticTextLines(256, height=20, max_length=5, seed=5)
+    test_lines = om.SyntheticTextLines(32, height=20, max_length=5, seed=6)
+    train = om.pack(lines, str(folder / "train.pack"), vocabulary=lines.vocabulary, progress=False).path
+    test = om.pack(test_lines, str(folder / "test.pack"), vocabulary=om.PackedImageDataset(train).vocabulary,
+                   progress=False).path
+    return train, test
+
+
+PACK_RUN = ["--steps", "20", "--batch-size", "16", "--threads", "1", "--workers", "2", "--eval-every", "0"]
+
+
+def test_resume_alone_goes_on_bit_for_bit_from_packs(tmp_path):
+    """Concern: training example, the checkpoint knows its run (issue 37). Trained from packs,
+    with the defaults (width buckets, the text_lines() augmentation), stopped after step 7:
+    ``--resume ck.pt`` and nothing else gives steps 7..19 with the uninterrupted run's losses
+    as float bits, the loss falls, and the padding of the bucketed batches is printed. The
+    checkpoint records the settings, the model's configuration and each pack by content
+    (with its path as a hint)."""
+    train, test = _tiny_packs(tmp_path)
+    packs = ["--train-pack", train, "--test-pack", test]
+    stopped = _run_alone([*packs, *PACK_RUN, "--stop-at", "7", "--checkpoint", "ck.pt"], tmp_path)
+    full = _finish(_run_alone([*packs, *PACK_RUN, "--losses-out", "full.json"], tmp_path))
+    _finish(stopped)
+    rest = _finish(_run_alone(["--resume", "ck.pt", "--losses-out", "rest.json"], tmp_path))
+    assert "13 steps (7..19)" in rest and "bucketed batches" in full and "padding" in full, rest
+    assert "augment True" in full
+    g0, whole = _losses(tmp_path / "full.json")
+    g1, tail = _losses(tmp_path / "rest.json")
+    assert (g0, g1) == (0, 7) and tail == whole[7:]
+    values = [float.fromhex(v) for v in whole]
+    assert max(values[:4]) > max(values[-4:])
+    ckpt = torch.load(tmp_path / "ck.pt", weights_only=False)
+    import onemodel_cy as om
+    assert ckpt["data"]["train"]["fingerprint"] == om.PackedImageDataset(train, 0.5, 0.25).fingerprint()
+    assert ckpt["data"]["train"]["path"] == train and ckpt["data"]["test"]["path"] == test
+    assert ckpt["settings"]["steps"] == 20 and ckpt["settings"]["augment"] is True
+    assert ckpt["model_config"]["classes"] == 11 and ckpt["model_config"]["height"] == 20
+
+
+def test_a_checkpoint_refuses_other_packs_and_other_settings(tmp_path):
+    """Concern: training example, the checkpoint knows its data (issue 37). Resumed with
+    another train pack, the run is refused with a message naming both packs (the recorded
+    one's path and fingerprint, the given one's); a setting given anew that differs from
+    the recorded one is refused naming the option and both values. A moved pack (same
+    content, another path) resumes."""
+    train, test = _tiny_packs(tmp_path)
+    _finish(_run_alone(["--train-pack", train, "--test-pack", test, *PACK_RUN, "--stop-at", "3",
+                        "--checkpoint", "ck.pt"], tmp_path))
+    import onemodel_cy as om
+    other = om.pack(om.SyntheticTextLines(64, height=20, max_length=5, seed=9), str(tmp_path / "other.pack"),
+                    vocabulary=om.PackedImageDataset(train).vocabulary, progress=False).path
+    refused = _run_alone(["--resume", "ck.pt", "--train-pack", other], tmp_path)
+    text, _ = refused.communicate(timeout=300)
+    assert refused.returncode != 0 and "refusing to resume" in text, text
+    assert train in text and other in text, text
+    assert om.PackedImageDataset(train).manifest_sha256 in text and om.PackedImageDataset(other).manifest_sha256 in text
+    changed = _run_alone(["--resume", "ck.pt", "--batch-size", "8"], tmp_path)
+    text, _ = changed.communicate(timeout=300)
+    assert changed.returncode != 0 and "--batch-size 16" in text and "--batch-size 8" in text, text
+    os.rename(train, tmp_path / "moved.pack")
+    moved = _finish(_run_alone(["--resume", "ck.pt", "--train-pack", str(tmp_path / "moved.pack"),
+                                "--stop-at", "5"], tmp_path))
+    assert "2 steps (3..4)" in moved, moved
