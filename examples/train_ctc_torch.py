@@ -39,7 +39,7 @@ configuration and its data (each pack by its content fingerprint, its path as a 
 recorded paths, or from ``--train-pack``/``--test-pack`` when they moved), and refuses,
 naming both, a pack whose content is not the recorded one, or a setting given that differs.
 It also keeps the vocabulary's symbols (``om.Vocabulary``: what the model's classes 1, 2,
-... read as), and a resume on data of another vocabulary is refused.
+... read as), for whoever decodes with the model later.
 Because batch ``g`` is a pure function of ``(seed, g)`` (§1) and torch runs
 deterministically here (``torch.manual_seed``, ``torch.use_deterministic_algorithms(True)``,
 a fixed ``--threads``), the losses after the stop are the uninterrupted run's bit for bit;
@@ -387,17 +387,6 @@ def save_checkpoint(path, run, model, optimizer, schedule, stream, losses_so_far
                 "vocabulary": vocabulary.symbols}, path)
 
 
-def check_vocabulary(path, ckpt, vocabulary):
-    """The checkpoint's model reads its classes through the vocabulary it was trained with:
-    resuming on data that gives a symbol another id would train it on wrong targets."""
-    saved = om.Vocabulary(ckpt["vocabulary"])
-    if saved != vocabulary:
-        t = next((t for t in range(1, min(len(saved), len(vocabulary))) if saved[t] != vocabulary[t]),
-                 min(len(saved), len(vocabulary)))
-        raise SystemExit(f"{path}: the checkpoint's vocabulary {saved.symbols!r} is not the data's "
-                         f"{vocabulary.symbols!r} (they first differ at id {t})")
-
-
 # -- training ---------------------------------------------------------------------------
 
 class Progress:
@@ -465,7 +454,6 @@ def train(args):
     run = {"settings": settings, "model_config": config, "data": data}
     state, losses = None, []
     if ckpt is not None:
-        check_vocabulary(args.resume, ckpt, train_set.vocabulary)
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         schedule.load_state_dict(ckpt["schedule"])
