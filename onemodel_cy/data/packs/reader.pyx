@@ -32,7 +32,7 @@ from onemodel_cy.data.packs.exact import RemoteSamples
 from onemodel_cy.data.packs.format import (SHARDED_FORMAT as _SHARDED, PackError, join_shards, load_index,
                                            open_manifest, open_shards)
 from onemodel_cy.data.packs.pixelmap import map_pixel_files
-from onemodel_cy.data.packs.remote import (OUT_OF_DESCRIPTORS, fetch as _fetch, is_url as _is_url,
+from onemodel_cy.data.packs.remote import (OUT_OF_DESCRIPTORS as _OUT_OF_DESCRIPTORS, fetch as _fetch, is_url as _is_url,
                                            out_of_descriptors, redact, retry_policy, shard_count)
 from onemodel_cy.data.vocabulary import decode as _decode, with_blank as _with_blank
 
@@ -260,7 +260,7 @@ cdef class PackedImageDataset(PackedSource):
         try:
             self._open_checked(folder, path, manifest, digest, mean, std, verify, limit, expected)
         except OSError as error:
-            if error.errno in OUT_OF_DESCRIPTORS:
+            if error.errno in _OUT_OF_DESCRIPTORS:
                 raise out_of_descriptors(shown, shard_count(manifest), error) from None
             raise
 
