@@ -32,8 +32,9 @@ from onemodel_cy.data.packs.exact import RemoteSamples
 from onemodel_cy.data.packs.format import (SHARDED_FORMAT as _SHARDED, PackError, join_shards, load_index,
                                            open_manifest, open_shards)
 from onemodel_cy.data.packs.pixelmap import map_pixel_files
-from onemodel_cy.data.packs.remote import (OUT_OF_DESCRIPTORS as _OUT_OF_DESCRIPTORS, fetch as _fetch, is_url as _is_url,
-                                           out_of_descriptors, redact, retry_policy, shard_count)
+from onemodel_cy.data.packs.remote import (OUT_OF_DESCRIPTORS as _OUT_OF_DESCRIPTORS, fetch as _fetch,
+                                           is_url as _is_url, out_of_descriptors, redact, retry_policy,
+                                           shard_count)
 from onemodel_cy.data.vocabulary import decode as _decode, with_blank as _with_blank
 
 cnp.import_array()
