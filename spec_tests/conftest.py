@@ -7,7 +7,10 @@ Profiles (choose with the environment variable ``HYPOTHESIS_PROFILE``):
 
 * ``quick`` (default): modest example counts so the whole suite stays fast locally;
 * ``ci``: derandomized (the same examples every run), no example database, no deadline;
-* ``dev``: many more examples, for hunting.
+* ``dev``: many more examples, for hunting;
+* ``rerun``: ``ci`` with fewer examples, for CI's second passes over the same tests (the
+  build with Cython's checks on, the sanitizer build, the other supported Pythons): those
+  passes check that the paths the ``ci`` pass explored hold there too, not new examples.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ _common = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("quick", max_examples=40, **_common)
 settings.register_profile("ci", max_examples=60, derandomize=True, database=None, **_common)
 settings.register_profile("dev", max_examples=500, **_common)
+settings.register_profile("rerun", max_examples=15, derandomize=True, database=None, **_common)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "quick"))
 
 
