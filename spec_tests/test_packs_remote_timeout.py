@@ -1,7 +1,8 @@
 """The loader's ``timeout`` over a pack at a URL fetched sample by sample (issue 36, item 13).
 
-Against a real HTTP server on 127.0.0.1 (``remote_packs.http_server``) behind a real TCP proxy (``slow_proxy.py``) that the test makes
-hold every request once the pack is open, until it lets them through. On every route the
+Against a real HTTP server on 127.0.0.1 (``remote_packs.http_server``) behind a real TCP
+proxy (``slow_proxy.py``) that the test makes hold every request once the pack is open,
+until it lets them through. On every route the
 consumer's own wait for the samples of a step it builds or prepares (the first step of a
 stream, every step at 0 workers, the packed lane's preparations) ends after the loader's
 ``timeout`` with a ``TimeoutError`` naming the step, the timeout and the samples; a worker
