@@ -323,6 +323,42 @@ def test_a_server_that_ignores_byte_ranges_is_refused_without_buffering_its_answ
         assert peak_of(sample) < 4 << 20
 
 
+def test_a_sample_larger_than_a_request_is_fetched_in_pieces(served, tmp_path):
+    """Item 3 (outside review): a sample larger than one request (``remote.CHUNK``, 4 MiB) is
+    fetched a request at a time, each piece hashed and written as it comes: fetching a
+    64 MiB sample holds about one piece in memory, not the sample (it held the sample
+    twice, the answer's parts and their join: a manifest may record one sample as large as
+    the cache's bound, 64 GiB by default). Its bytes are the pack's, and a sample whose
+    pieces do not hash to its SHA-256 is refused and left missing."""
+    root, url = served
+    from onemodel_cy.data.packs.remote import CHUNK
+    if not os.path.exists(root / "huge-sample"):
+        rng = np.random.default_rng(7)
+        om.pack([(rng.integers(0, 256, (6, 40), dtype=np.uint8), [1], 0, "small.png"),
+                 (rng.integers(0, 256, (2048, 32768), dtype=np.uint8), [2], 1, "huge.png")],
+                str(root / "huge-sample"), progress=False)
+    dataset = om.PackedImageDataset(f"{url}/huge-sample", 0.5, 0.25, cache=str(tmp_path / "cache"))
+    assert dataset.remote is not None
+    peak = peak_of(lambda: dataset.remote.ensure([1]))
+    assert peak < 3 * CHUNK, f"{peak} bytes at the peak fetching a sample of {64 << 20}"
+    assert dataset.remote.requests == 16
+    local = om.PackedImageDataset(str(root / "huge-sample"), 0.5, 0.25)
+    assert dataset.get_sample(1).image.tobytes() == local.get_sample(1).image.tobytes()
+    changed = root / "huge-changed"
+    shutil.rmtree(changed, ignore_errors=True)
+    shutil.copytree(root / "huge-sample", changed)
+    other = om.PackedImageDataset(f"{url}/huge-changed", 0.5, 0.25, cache=str(tmp_path / "other"))
+    with open(changed / "pixels.npy", "r+b") as f:     # a byte of the last piece changed at the URL
+        f.seek(-1, os.SEEK_END)
+        last = f.read(1)
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([last[0] ^ 1]))
+    with pytest.raises(PackError, match=rf"^{re.escape(url)}/huge-changed/pixels\.npy \(bytes \d+-\d+\): sample 1 of "
+                                        r"this file does not hash to its SHA-256"):
+        other.remote.ensure([1])
+    assert other.remote.missing([1]).tolist() == [1]
+
+
 # ---------------------------------------------------------------- 4. credentials
 
 SECRET = "s3cr3t-pa55"
