@@ -380,8 +380,15 @@ class ShardFiles:
         self.open = collections.OrderedDict()       # shard -> descriptor, least recently written first
         self.identity = None
         if len(paths) <= keep:
-            for k, path in enumerate(paths):
-                self.open[k] = os.open(path, os.O_WRONLY)
+            try:
+                for k, path in enumerate(paths):
+                    self.open[k] = os.open(path, os.O_WRONLY)
+            except BaseException as error:
+                ShardFiles.close_all(self)      # none of those opened is left open
+                if isinstance(error, FileNotFoundError):
+                    raise PackError(f"{path}: removed from the cache (to make room for another pack) while the "
+                                    f"pack was being opened; open {url} again") from None
+                raise
         else:
             self.identity = [(info.st_dev, info.st_ino) for info in map(os.stat, paths)]
 
