@@ -237,7 +237,8 @@ def test_eviction_removes_only_the_caches_own_folders(served, tmp_path):
     (cache / "results" / "scores.txt").write_text("0.93\n")
     (cache / ("0" * 64)).mkdir()            # a user's folder that happens to look like a digest
     (cache / ("0" * 64) / "notes.txt").write_text("mine\n")
-    bound = max(folder_size(root / "gray"), folder_size(root / "sharded")) + 10
+    # An exact folder's maps (5 bytes a sample) count too.
+    bound = max(folder_size(root / "gray"), folder_size(root / "sharded")) + 24 * 5 + 10
     gray = om.PackedImageDataset(f"{url}/gray", *GRAY, cache=str(cache), cache_bytes=bound)
     sharded = om.PackedImageDataset(f"{url}/sharded", cache=str(cache), cache_bytes=bound)
     assert sorted(os.listdir(cache)) == sorted(["my-pack", "results", "0" * 64, os.path.basename(sharded.path)])
@@ -260,6 +261,49 @@ def test_a_pack_at_a_url_of_more_shards_than_the_open_file_limit_is_fetched(serv
     said = open_with_few_files(64, f"{url}/many-shards", tmp_path / "cache")
     assert said.startswith("opened 100 ") and said.endswith(digest_of(local)), said
     assert os.listdir(tmp_path / "cache") == [local.manifest_sha256 + "-exact"]      # fetched sample by sample
+
+
+def test_a_shard_file_evicted_while_it_was_closed_is_an_error_not_a_write_elsewhere(served, tmp_path, monkeypatch):
+    """Item 11 at a URL (outside review): with more shards than files it may keep open (one,
+    here), a shard file opened again must be the one the dataset maps: once the cache has
+    removed the copy and fetched it again under the same name (new files), fetching into
+    a shard not open is a ``PackError`` naming the file and saying to open the URL again,
+    and nothing is written into the new copy (its sample stays missing there)."""
+    from onemodel_cy.data.packs import exact
+    root, url = served
+    monkeypatch.setattr(exact, "KEEP_OPEN", 1)
+    cache = tmp_path / "cache"
+    dataset = om.PackedImageDataset(f"{url}/sharded", cache=str(cache))
+    assert dataset.remote is not None and dataset.remote._out.keep == 1
+    dataset.remote.ensure([0])                      # shard 0's file open, the others closed
+    shutil.rmtree(dataset.path)                     # evicted, then fetched again by another opener
+    again = om.PackedImageDataset(f"{url}/sharded", cache=str(cache))
+    assert again.path == dataset.path
+    last = len(dataset) - 1
+    shard = os.path.join(dataset.path, os.path.basename(dataset.shards[-1]), "pixels.npy")
+    with pytest.raises(PackError, match=rf"^{re.escape(shard)}: removed from the cache \(to make room for another "
+                                        rf"pack\) while this dataset was fetching into it, and only 1 of its 3 shard "
+                                        rf"files could be kept open \(the open-file limit\); open "
+                                        rf"{re.escape(url)}/sharded again"):
+        dataset.remote.ensure([last])
+    assert again.remote.missing([last]).tolist() == [last]
+    same(again, om.PackedImageDataset(str(root / "sharded")))
+
+
+def test_a_shard_file_gone_while_the_pack_opens_leaves_no_file_open(tmp_path):
+    """Item 11 at a URL (outside review): the shard files an exact folder keeps open are
+    opened together; one removed meanwhile (the copy evicted between its check and this)
+    is a ``PackError`` naming it, and the files opened before it are closed (it was a bare
+    ``FileNotFoundError`` that left them open)."""
+    from onemodel_cy.data.packs.exact import ShardFiles
+    paths = [str(tmp_path / f"shard-{k}.npy") for k in range(3)]
+    for path in paths[:2]:
+        open(path, "wb").close()
+    before = sorted(os.listdir("/proc/self/fd"))
+    with pytest.raises(PackError, match=rf"^{re.escape(paths[2])}: removed from the cache \(to make room for another "
+                                        r"pack\) while the pack was being opened; open http://127\.0\.0\.1/p again"):
+        ShardFiles(paths, 8, "http://127.0.0.1/p")
+    assert sorted(os.listdir("/proc/self/fd")) == before
 
 
 def test_too_few_descriptors_to_open_a_url_is_an_error_naming_the_limit(served, tmp_path):

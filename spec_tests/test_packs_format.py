@@ -121,7 +121,8 @@ def test_sample_sha256_is_optional_and_checked_when_present(gray_pack, tmp_path)
     for i in range(len(items)):
         assert before[i].image.tobytes() == after[i].image.tobytes()
     rewrite_array(path, "sample_sha256", np.zeros((len(items), 31), dtype=np.uint8))
-    with pytest.raises(PackError, match=r"sample_sha256\.npy: must be \[count, 32\] = \[6, 32\], received \[6, 31\]"):
+    with pytest.raises(PackError, match=r"manifest\.json: arrays\.sample_sha256\.shape must be \[6, 32\] for the "
+                                        r"manifest's count 6, received \[6, 31\]"):
         om.PackedImageDataset(path, 0.5, 0.25)
 
 

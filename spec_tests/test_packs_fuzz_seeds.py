@@ -163,14 +163,25 @@ def test_headers_of_other_lengths_are_read_where_alignment_allows(tmp_path):
 @pytest.mark.parametrize("offsets", [[0, 4], [], [0, 4, 4, 6, 8]])
 def test_key_offsets_of_another_length_are_a_pack_error(tmp_path, offsets):
     """Format check 4 (key_offsets has N + 1 rows): too short, it was accepted and key(2) then
-    raised IndexError; empty, opening raised IndexError; too long, it was accepted."""
+    raised IndexError; empty, opening raised IndexError; too long, it was accepted. A
+    manifest recording the wrong length is refused from the manifest (issue 36, outside
+    review: every array of one row per sample agrees with its count); one recording the
+    right length, by the file's header."""
     path = write_pack(tmp_path)
     keys = body_of(path, "keys")
     values = np.array(offsets, dtype="<i8")
     if values.size:
         values[-1] = len(keys)
+    recorded = manifest_of(path)["arrays"]["key_offsets"]["shape"]
     replace_file(path, "key_offsets", npy_header("<i8", f"({values.size},)", 128) + values.tobytes())
-    with pytest.raises(PackError, match=r"key_offsets\.npy: has \d+ rows, the manifest's count 3 needs 4"):
+    with pytest.raises(PackError, match=rf"manifest\.json: arrays\.key_offsets\.shape must be \[4\] for the "
+                                        rf"manifest's count 3, received \[{values.size}\]"):
+        om.PackedImageDataset(path, 0.0, 1.0)
+    resealed = manifest_of(path)
+    resealed["arrays"]["key_offsets"]["shape"] = recorded
+    write_manifest_text(path, json.dumps(resealed))
+    with pytest.raises(PackError, match=r"key_offsets\.npy: must hold a C-order <i8 array of 1 dimensions with "
+                                        r"the manifest's shape \[4\]"):
         om.PackedImageDataset(path, 0.0, 1.0)
 
 

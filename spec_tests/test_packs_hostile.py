@@ -188,6 +188,69 @@ def test_a_negative_size_cannot_shrink_a_pack_into_a_small_cache(served, tmp_pat
     assert nothing_in(cache)
 
 
+def folder_size(folder) -> int:
+    return sum(os.path.getsize(os.path.join(r, f)) for r, _, files in os.walk(folder) for f in files)
+
+
+def test_a_count_beyond_the_arrays_is_refused_before_anything_is_written(served, tmp_path):
+    """Item 2 (outside review): a manifest whose ``count`` is far above its arrays' rows (a
+    million beside arrays of 24) is refused from the manifest, naming the array, on disk
+    and at a URL, and nothing is written: an exact folder's maps are sized by the count (5
+    bytes a sample), and were written (5 MB here, 10 GiB for a count of 2**31 - 1) into a
+    cache bounded to 1 MiB before the reader found the arrays short."""
+    root, url = served
+    folder = variant(root, "gray", "counted", lambda m: m.__setitem__("count", 1_000_000))
+    message = (r"manifest\.json: arrays\.pixel_offsets\.shape must be \[1000000\] for the manifest's count "
+               r"1000000, received \[24\]")
+    with pytest.raises(PackError, match=rf"^{re.escape(str(folder))}/{message}"):
+        open_pack(folder)
+    cache = tmp_path / "cache"
+    with pytest.raises(PackError, match=rf"^{re.escape(url)}/counted/{message}"):
+        om.PackedImageDataset(f"{url}/counted", 0.5, 0.25, cache=str(cache), cache_bytes=1 << 20)
+    assert nothing_in(cache)
+
+
+def test_an_exact_folders_maps_count_against_the_cache_bound(served, tmp_path):
+    """Item 2 (outside review): the bound counts an exact folder's ``present`` and ``claims``
+    maps (5 bytes a sample) with the pack's files: a cache bounded to the files alone takes
+    the whole copy (no maps) and refuses the exact folder before fetching anything."""
+    root, url = served
+    files = folder_size(root / "gray")
+    maps = 24 * 5
+    cache = tmp_path / "cache"
+    with pytest.raises(PackError, match=rf"^{re.escape(url)}/gray: the pack holds {files + maps} bytes, more than "
+                                        rf"the cache's limit of {files} bytes"):
+        om.PackedImageDataset(f"{url}/gray", 0.5, 0.25, cache=str(cache), cache_bytes=files)
+    assert nothing_in(cache)
+    whole = om.PackedImageDataset(f"{url}/gray", 0.5, 0.25, cache=str(cache), cache_bytes=files, fetch="whole")
+    assert whole.remote is None and folder_size(cache) == files
+    exact = om.PackedImageDataset(f"{url}/gray", 0.5, 0.25, cache=str(tmp_path / "roomy"), cache_bytes=files + maps)
+    assert exact.remote is not None and folder_size(tmp_path / "roomy") == files + maps
+
+
+@pytest.mark.parametrize("name", ["present", "claims"])
+def test_a_shard_named_as_an_exact_folders_map_is_refused(served, tmp_path, name):
+    """Item 17 (outside review): a shard folder named ``present`` or ``claims`` (the maps an
+    exact cache folder keeps beside its shards) is refused from the manifest, naming the
+    shard, at a URL (it was a bare ``IsADirectoryError`` writing the map) and on disk (it
+    was taken for a cache folder: "open the URL")."""
+    root, url = served
+    folder = root / f"sharded-reserved-{name}"
+    if not folder.exists():
+        shutil.copytree(root / "sharded", folder)
+        outer = manifest_of(folder)
+        os.rename(folder / outer["shards"][1]["name"], folder / name)
+        outer["shards"][1]["name"] = name
+        write_manifest(folder, outer)
+    message = (r"manifest\.json: shards\[1\] must be {\"name\": a plain folder name \(.*, none of "
+               r"manifest\.json, present, claims\)")
+    with pytest.raises(PackError, match=rf"^{re.escape(str(folder))}/{message}"):
+        open_pack(folder)
+    with pytest.raises(PackError, match=rf"^{re.escape(url)}/sharded-reserved-{name}/{message}"):
+        open_pack(f"{url}/sharded-reserved-{name}", cache=str(tmp_path / "cache"), retry=QUICK)
+    assert nothing_in(tmp_path / "cache")
+
+
 # ---------------------------------------------------------------- 3. bounded reads
 
 def peak_of(action) -> int:
@@ -258,6 +321,42 @@ def test_a_server_that_ignores_byte_ranges_is_refused_without_buffering_its_answ
                                                 r"for bytes 128-367; the server must serve byte ranges"):
                 dataset.get_sample(0)
         assert peak_of(sample) < 4 << 20
+
+
+def test_a_sample_larger_than_a_request_is_fetched_in_pieces(served, tmp_path):
+    """Item 3 (outside review): a sample larger than one request (``remote.CHUNK``, 4 MiB) is
+    fetched a request at a time, each piece hashed and written as it comes: fetching a
+    64 MiB sample holds about one piece in memory, not the sample (it held the sample
+    twice, the answer's parts and their join: a manifest may record one sample as large as
+    the cache's bound, 64 GiB by default). Its bytes are the pack's, and a sample whose
+    pieces do not hash to its SHA-256 is refused and left missing."""
+    root, url = served
+    from onemodel_cy.data.packs.remote import CHUNK
+    if not os.path.exists(root / "huge-sample"):
+        rng = np.random.default_rng(7)
+        om.pack([(rng.integers(0, 256, (6, 40), dtype=np.uint8), [1], 0, "small.png"),
+                 (rng.integers(0, 256, (2048, 32768), dtype=np.uint8), [2], 1, "huge.png")],
+                str(root / "huge-sample"), progress=False)
+    dataset = om.PackedImageDataset(f"{url}/huge-sample", 0.5, 0.25, cache=str(tmp_path / "cache"))
+    assert dataset.remote is not None
+    peak = peak_of(lambda: dataset.remote.ensure([1]))
+    assert peak < 3 * CHUNK, f"{peak} bytes at the peak fetching a sample of {64 << 20}"
+    assert dataset.remote.requests == 16
+    local = om.PackedImageDataset(str(root / "huge-sample"), 0.5, 0.25)
+    assert dataset.get_sample(1).image.tobytes() == local.get_sample(1).image.tobytes()
+    changed = root / "huge-changed"
+    shutil.rmtree(changed, ignore_errors=True)
+    shutil.copytree(root / "huge-sample", changed)
+    other = om.PackedImageDataset(f"{url}/huge-changed", 0.5, 0.25, cache=str(tmp_path / "other"))
+    with open(changed / "pixels.npy", "r+b") as f:     # a byte of the last piece changed at the URL
+        f.seek(-1, os.SEEK_END)
+        last = f.read(1)
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([last[0] ^ 1]))
+    with pytest.raises(PackError, match=rf"^{re.escape(url)}/huge-changed/pixels\.npy \(bytes \d+-\d+\): sample 1 of "
+                                        r"this file does not hash to its SHA-256"):
+        other.remote.ensure([1])
+    assert other.remote.missing([1]).tolist() == [1]
 
 
 # ---------------------------------------------------------------- 4. credentials

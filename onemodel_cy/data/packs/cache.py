@@ -196,6 +196,11 @@ class named:
         return False
 
 
+def maps_bytes(count: int) -> int:
+    """The bytes of an exact folder's maps for ``count`` samples (counted against the bound)."""
+    return sum(count * np.dtype(dtype).itemsize for _, dtype in MAPS)
+
+
 def make_maps(folder: str, count: int) -> None:
     """An exact folder's maps for ``count`` samples: none present yet, none claimed. Written
     with ordinary writes (every block allocated now: a full disk fails here, naming the
@@ -262,7 +267,7 @@ def is_exact(folder: str) -> bool:
 
 def refuse_as_local(folder: str) -> None:
     """An exact folder named as a local pack is refused: not all of its samples are there."""
-    if os.path.exists(os.path.join(folder, PRESENT_MAP)):
+    if os.path.isfile(os.path.join(folder, PRESENT_MAP)):     # a folder of that name is a shard (refused after)
         raise PackError(f"{folder}: the cache of a pack at a URL whose samples are fetched as they are "
                         f"needed (not all are here): open the URL (PackedImageDataset(url, cache=...))")
 

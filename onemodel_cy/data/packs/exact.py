@@ -11,7 +11,8 @@ place). The dataset maps that folder as any pack; :class:`RemoteSamples` fills i
 - ``ensure(indices)`` (the fetch step, before it reads a batch's pixels; ``get_sample``)
   returns once every one of those samples is present: the missing ones are fetched now,
   their byte ranges sorted and coalesced per shard file (samples at most ``GAP`` bytes
-  apart share a request of at most ``CHUNK`` bytes), the requests in parallel. A failure
+  apart share a request of at most ``CHUNK`` bytes; a sample larger than that is fetched
+  ``CHUNK`` bytes at a time, hashed as it comes), the requests in parallel. A failure
   raises a ``PackError`` there, so the loader reports it at the step that needed it. A
   thread under a bound (``data/waits.py``: the loader's consumer under its ``timeout``, a
   worker thread whose engine may close) stops waiting when the bound says so; the fetch
@@ -265,7 +266,8 @@ class RemoteSamples:
             requests.append([k, start, end, [i]])
         return requests
 
-    async def _request(self, k: int, start: int, end: int, samples: list) -> None:
+    async def _ask(self, k: int, start: int, end: int) -> bytes:
+        """Bytes ``start`` to ``end`` (excluded) of shard file ``k``: exactly those, or an error."""
         where, url, _ = self.files[k]
         try:
             async with self._gate:
@@ -281,6 +283,13 @@ class RemoteSamples:
         self.requests += 1
         self.bytes_fetched += len(block)
         check_range(url, block, start, end)     # at least end - start bytes came (request_async)
+        return block
+
+    async def _request(self, k: int, start: int, end: int, samples: list) -> None:
+        if len(samples) == 1 and end - start > CHUNK:
+            return await self._request_large(k, start, end, samples[0])
+        url = self.files[k][1]
+        block = await self._ask(k, start, end)
         view, failure = memoryview(block), None
         for i in samples:           # each good sample kept, the first bad one raised after
             lo = int(self.start[i]) - start
@@ -295,6 +304,25 @@ class RemoteSamples:
             self.present[i] = PRESENT  # after all its bytes: a reader that sees it reads them
         if failure is not None:
             raise failure
+
+    async def _request_large(self, k: int, start: int, end: int, i: int) -> None:
+        """Sample ``i``, larger than one request (``CHUNK``): fetched ``CHUNK`` bytes at a time,
+        each piece hashed and written as it comes, so memory holds one piece, not the
+        sample (the manifest may record a sample of any size the cache's bound allows).
+        It is marked present only if the whole of it hashes to its SHA-256; until then it
+        is missing (its bytes in the file are read by no one, and fetched again)."""
+        url, local = self.files[k][1], self.files[k][2]
+        digest = hashlib.sha256()
+        for lo in range(start, end, CHUNK):
+            block = await self._ask(k, lo, min(lo + CHUNK, end))
+            digest.update(block)
+            write_all(self._out.fd(k), block, lo, local, i - int(self.first[k]))
+            del block           # let go before the next piece arrives
+        if digest.digest() != self.digests[i].tobytes():
+            raise PackError(f"{url} (bytes {start}-{end - 1}): sample {i - int(self.first[k])} of this file does not "
+                            f"hash to its SHA-256 in sample_sha256.npy (the file was replaced or changed after "
+                            f"packing)")
+        self.present[i] = PRESENT
 
 
 async def fill_all(ref, order: np.ndarray, per_request: int) -> None:
@@ -352,8 +380,15 @@ class ShardFiles:
         self.open = collections.OrderedDict()       # shard -> descriptor, least recently written first
         self.identity = None
         if len(paths) <= keep:
-            for k, path in enumerate(paths):
-                self.open[k] = os.open(path, os.O_WRONLY)
+            try:
+                for k, path in enumerate(paths):
+                    self.open[k] = os.open(path, os.O_WRONLY)
+            except BaseException as error:
+                ShardFiles.close_all(self)      # none of those opened is left open
+                if isinstance(error, FileNotFoundError):
+                    raise PackError(f"{path}: removed from the cache (to make room for another pack) while the "
+                                    f"pack was being opened; open {url} again") from None
+                raise
         else:
             self.identity = [(info.st_dev, info.st_ino) for info in map(os.stat, paths)]
 

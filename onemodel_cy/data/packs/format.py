@@ -260,6 +260,17 @@ def check_array_list(path: str, manifest: dict) -> None:
     present = [name for name in KEYS if name in arrays]
     if len(present) == 1:
         raise PackError(f"{path}: keys and key_offsets come together, received only {present[0]}")
+    # The arrays of one row per sample agree with `count` here, from the manifest alone: what
+    # a fetch sizes by the count (an exact folder's maps, count * 5 bytes) is then no larger
+    # than those arrays, which the cache's bound counts (a count of 2**31 - 1 beside arrays
+    # of 24 rows would write 10 GiB of maps into a cache of any bound).
+    count = manifest["count"]
+    for name, shape in (("pixel_offsets", [count]), ("shapes", [count, 3]), ("labels", [count]),
+                        ("target_offsets", [count + 1]), ("key_offsets", [count + 1]),
+                        ("sample_sha256", [count, DIGEST_BYTES])):
+        if name in arrays and arrays[name]["shape"] != shape:
+            raise PackError(f"{path}: arrays.{name}.shape must be {shape} for the manifest's count {count}, "
+                            f"received {brief(arrays[name]['shape'])}")
 
 
 def check_inside(folder: str, path: str) -> None:
@@ -412,10 +423,7 @@ def check_index(folder: str, manifest: dict, a: dict) -> None:
         fail(folder, "targets", f"value {a['targets'][negative[0]]} at {negative[0]}; symbols must be >= 0")
     if "keys" in a:
         check_offsets(folder, "key_offsets", a["key_offsets"], a["keys"].shape[0], "keys")
-    digests = manifest["arrays"].get("sample_sha256")     # its file's shape is the manifest's (checked)
-    if digests is not None and digests["shape"] != [n, DIGEST_BYTES]:
-        fail(folder, "sample_sha256", f"must be [count, {DIGEST_BYTES}] = [{n}, {DIGEST_BYTES}], received "
-             f"{digests['shape']}")
+    # sample_sha256's shape, [count, 32], is checked from the manifest (check_array_list).
 
 
 def check_offsets(folder: str, name: str, offsets: np.ndarray, length: int, of: str) -> None:
@@ -429,6 +437,10 @@ def check_offsets(folder: str, name: str, offsets: np.ndarray, length: int, of: 
 # A shard is a sub-folder of the sharded pack, named by a plain name: never a path that
 # could leave the pack's folder (no separator, no leading dot, so never "." or "..").
 SHARD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}\Z")
+# Names a shard's folder cannot take, though SHARD_NAME matches them: the pack's own
+# manifest, and the maps an exact cache folder keeps beside the shards (cache.PRESENT_MAP,
+# cache.CLAIMS_MAP), which a shard of that name would collide with.
+RESERVED_SHARD_NAMES = (MANIFEST, "present", "claims")
 SHA256_HEX = re.compile(r"[0-9a-f]{64}\Z")
 
 
@@ -442,10 +454,12 @@ def check_shard_list(path: str, manifest: dict) -> None:
                         f"received {brief(shards)}")
     for k, entry in enumerate(shards):
         if (not isinstance(entry, dict) or not isinstance(entry.get("name"), str)
-                or not SHARD_NAME.match(entry["name"]) or type(entry.get("count")) is not int
+                or not SHARD_NAME.match(entry["name"]) or entry["name"] in RESERVED_SHARD_NAMES
+                or type(entry.get("count")) is not int
                 or not 1 <= entry["count"] < INT32_END or not isinstance(entry.get("manifest_sha256"), str)
                 or not SHA256_HEX.match(entry["manifest_sha256"])):
-            raise PackError(f"{path}: shards[{k}] must be {{\"name\": a plain folder name ({SHARD_NAME.pattern}), "
+            raise PackError(f"{path}: shards[{k}] must be {{\"name\": a plain folder name ({SHARD_NAME.pattern}, "
+                            f"none of {', '.join(RESERVED_SHARD_NAMES)}), "
                             f"\"count\": an integer in [1, 2**31), \"manifest_sha256\": 64 lowercase hex digits}}, "
                             f"received {brief(entry)}")
     names = [entry["name"] for entry in shards]

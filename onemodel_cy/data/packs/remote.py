@@ -175,7 +175,9 @@ async def copy_into(fs, root: str, url: str, cache: str, limit: int, retry: Retr
         pixels = [name for name, _, _ in files if os.path.basename(name) == "pixels.npy"]
         exact = exact and len(pixels) == sum(os.path.basename(name) == "sample_sha256.npy" for name, _, _ in files)
         local = _cache.folder_of(cache, digest, exact)
-        need = _cache.folder_bytes(partial) + sum(size for _, size, _ in files)     # the manifests, then the arrays
+        # The manifests, the arrays, and an exact folder's maps (written after): all of it is the cache's.
+        need = (_cache.folder_bytes(partial) + sum(size for _, size, _ in files)
+                + (_cache.maps_bytes(manifest["count"]) if exact else 0))
         _cache.make_room(cache, need, limit, url, partial)
         base = url.rstrip("/")
         await gather_all(bounded(gate, fetch_header(fs, f"{root}/{name}", f"{base}/{name}",
