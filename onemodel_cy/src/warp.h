@@ -133,9 +133,10 @@ static int om_warp_cpu_level(void) {
 /* The level a kernel call runs at: the CPU's, at most `cap`. */
 static inline int om_warp_level(int cpu, int cap) { return cpu < cap ? cpu : cap; }
 
-/* A plane of h * w pixels, at level 2 or 3, computes the pixels' offsets as int. */
+/* A plane of h * w pixels, at level 2 or 3, computes the pixels' offsets and the floors
+   plus one (up to w + 2 and h + 2) as int. */
 static inline int om_warp_plane_level(int level, ptrdiff_t h, ptrdiff_t w) {
-    return level > 1 && (h > 0x7fffffff / (w > 0 ? w : 1)) ? 1 : level;
+    return level > 1 && (h > 0x7fffffff / (w > 0 ? w : 1) || h > 0x7fff0000 || w > 0x7fff0000) ? 1 : level;
 }
 
 

@@ -63,8 +63,12 @@
    all the lanes have their four neighbours inside the plane (most pixels of a warp), each
    pixel's two pairs (p00, p01) and (p10, p11) are two 8-byte loads at y0 * w + x0 (an
    int: the caller keeps h * w below 2^31 at levels 2 and 3) and the interpolation is
-   om_lerp2's, every lane at once; otherwise each pixel goes through om_sample_any. The
-   rest, and level 0, one pixel at a time. */
+   om_lerp2's, every lane at once; otherwise, at level 1 each pixel goes through
+   om_sample_any, and at levels 2 and 3 the lanes do what it does: the four neighbours
+   gathered at clamped indices, `fill` blended in where an index was outside under the
+   constant border (a chunk of a line's first or last rows, or of a canvas grown by a
+   shear, is often partly outside: one pixel at a time, those chunks took most of a
+   warp's time). The rest, and level 0, one pixel at a time. */
 OM_TARGET static void OM_L(om_bilinear_chunk)(const float* plane, ptrdiff_t h, ptrdiff_t w, int constant,
                                               float fill, const float* sx, const float* sy, int n, float* out) {
     const float high_x = (float)(w + 1), high_y = (float)(h + 1);
@@ -123,9 +127,9 @@ OM_TARGET static void OM_L(om_bilinear_chunk)(const float* plane, ptrdiff_t h, p
     const __m256i below_x = _mm256_set1_epi32(w - 1 > 0x7fffffff ? 0x7fffffff : (int)(w - 1));
     const __m256i below_y = _mm256_set1_epi32(h - 1 > 0x7fffffff ? 0x7fffffff : (int)(h - 1));
     const __m256i minus_one = _mm256_set1_epi32(-1), width = _mm256_set1_epi32((int)w);
+    const __m256i height = _mm256_set1_epi32((int)h);
     for (; i + 8 <= n; i += 8) {
-        int xs[8], ys[8], k;
-        float fxs[8], fys[8];
+        int xs[8];
         __m256 s = _mm256_min_ps(_mm256_max_ps(_mm256_loadu_ps(sx + i), low), hx);
         __m256 t = _mm256_cvtepi32_ps(_mm256_cvttps_epi32(s));
         t = _mm256_sub_ps(t, _mm256_and_ps(_mm256_cmp_ps(t, s, _CMP_GT_OQ), ones));
@@ -172,12 +176,31 @@ OM_TARGET static void OM_L(om_bilinear_chunk)(const float* plane, ptrdiff_t h, p
             const __m256 bottom = _mm256_add_ps(p10, _mm256_mul_ps(fx, _mm256_sub_ps(p11, p10)));
             _mm256_storeu_ps(out + i, _mm256_add_ps(top, _mm256_mul_ps(fy, _mm256_sub_ps(bottom, top))));
         } else {
-            _mm256_storeu_si256((__m256i*)xs, x0);
-            _mm256_storeu_si256((__m256i*)ys, y0);
-            _mm256_storeu_ps(fxs, fx);
-            _mm256_storeu_ps(fys, fy);
-            for (k = 0; k < 8; k++)
-                out[i + k] = om_sample_any(plane, h, w, constant, fill, xs[k], ys[k], fxs[k], fys[k]);
+            /* om_sample_any on 8 lanes (as at level 3) */
+            const __m256i zero = _mm256_setzero_si256(), one = _mm256_set1_epi32(1);
+            const __m256i x1 = _mm256_add_epi32(x0, one), y1 = _mm256_add_epi32(y0, one);
+            const __m256i xa = _mm256_min_epi32(_mm256_max_epi32(x0, zero), below_x);
+            const __m256i xb = _mm256_min_epi32(_mm256_max_epi32(x1, zero), below_x);
+            const __m256i ya = _mm256_mullo_epi32(_mm256_min_epi32(_mm256_max_epi32(y0, zero), below_y), width);
+            const __m256i yb = _mm256_mullo_epi32(_mm256_min_epi32(_mm256_max_epi32(y1, zero), below_y), width);
+            __m256 p00 = _mm256_i32gather_ps(plane, _mm256_add_epi32(ya, xa), 4);
+            __m256 p01 = _mm256_i32gather_ps(plane, _mm256_add_epi32(ya, xb), 4);
+            __m256 p10 = _mm256_i32gather_ps(plane, _mm256_add_epi32(yb, xa), 4);
+            __m256 p11 = _mm256_i32gather_ps(plane, _mm256_add_epi32(yb, xb), 4);
+            if (constant) {
+                const __m256 f = _mm256_set1_ps(fill);
+                const __m256i in_xa = _mm256_and_si256(_mm256_cmpgt_epi32(x0, minus_one), _mm256_cmpgt_epi32(width, x0));
+                const __m256i in_xb = _mm256_and_si256(_mm256_cmpgt_epi32(x1, minus_one), _mm256_cmpgt_epi32(width, x1));
+                const __m256i in_ya = _mm256_and_si256(_mm256_cmpgt_epi32(y0, minus_one), _mm256_cmpgt_epi32(height, y0));
+                const __m256i in_yb = _mm256_and_si256(_mm256_cmpgt_epi32(y1, minus_one), _mm256_cmpgt_epi32(height, y1));
+                p00 = _mm256_blendv_ps(f, p00, _mm256_castsi256_ps(_mm256_and_si256(in_xa, in_ya)));
+                p01 = _mm256_blendv_ps(f, p01, _mm256_castsi256_ps(_mm256_and_si256(in_xb, in_ya)));
+                p10 = _mm256_blendv_ps(f, p10, _mm256_castsi256_ps(_mm256_and_si256(in_xa, in_yb)));
+                p11 = _mm256_blendv_ps(f, p11, _mm256_castsi256_ps(_mm256_and_si256(in_xb, in_yb)));
+            }
+            const __m256 top = _mm256_add_ps(p00, _mm256_mul_ps(fx, _mm256_sub_ps(p01, p00)));
+            const __m256 bottom = _mm256_add_ps(p10, _mm256_mul_ps(fx, _mm256_sub_ps(p11, p10)));
+            _mm256_storeu_ps(out + i, _mm256_add_ps(top, _mm256_mul_ps(fy, _mm256_sub_ps(bottom, top))));
         }
     }
 #elif OM_LEVEL == 3
@@ -186,13 +209,12 @@ OM_TARGET static void OM_L(om_bilinear_chunk)(const float* plane, ptrdiff_t h, p
     const __m512i below_x = _mm512_set1_epi32(w - 1 > 0x7fffffff ? 0x7fffffff : (int)(w - 1));
     const __m512i below_y = _mm512_set1_epi32(h - 1 > 0x7fffffff ? 0x7fffffff : (int)(h - 1));
     const __m512i minus_one = _mm512_set1_epi32(-1), width = _mm512_set1_epi32((int)w);
+    const __m512i height = _mm512_set1_epi32((int)h);
     /* the pairs of pixels 0-15, loaded as 64-bit lanes (p, p + 1), then split into the
        even (left) and odd (right) floats in pixel order */
     const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
     for (; i + 16 <= n; i += 16) {
-        int xs[16], ys[16], k;
-        float fxs[16], fys[16];
         __m512 s = _mm512_min_ps(_mm512_max_ps(_mm512_loadu_ps(sx + i), low), hx);
         __m512 t = _mm512_cvtepi32_ps(_mm512_cvttps_epi32(s));
         t = _mm512_mask_sub_ps(t, _mm512_cmp_ps_mask(t, s, _CMP_GT_OQ), t, ones);
@@ -223,12 +245,32 @@ OM_TARGET static void OM_L(om_bilinear_chunk)(const float* plane, ptrdiff_t h, p
             const __m512 bottom = _mm512_add_ps(p10, _mm512_mul_ps(fx, _mm512_sub_ps(p11, p10)));
             _mm512_storeu_ps(out + i, _mm512_add_ps(top, _mm512_mul_ps(fy, _mm512_sub_ps(bottom, top))));
         } else {
-            _mm512_storeu_si512((void*)xs, x0);
-            _mm512_storeu_si512((void*)ys, y0);
-            _mm512_storeu_ps(fxs, fx);
-            _mm512_storeu_ps(fys, fy);
-            for (k = 0; k < 16; k++)
-                out[i + k] = om_sample_any(plane, h, w, constant, fill, xs[k], ys[k], fxs[k], fys[k]);
+            /* om_sample_any on 16 lanes: the neighbours gathered at clamped indices, `fill`
+               where an index was outside under the constant border, then the same lerp */
+            const __m512i zero = _mm512_setzero_si512(), one = _mm512_set1_epi32(1);
+            const __m512i x1 = _mm512_add_epi32(x0, one), y1 = _mm512_add_epi32(y0, one);
+            const __m512i xa = _mm512_min_epi32(_mm512_max_epi32(x0, zero), below_x);
+            const __m512i xb = _mm512_min_epi32(_mm512_max_epi32(x1, zero), below_x);
+            const __m512i ya = _mm512_mullo_epi32(_mm512_min_epi32(_mm512_max_epi32(y0, zero), below_y), width);
+            const __m512i yb = _mm512_mullo_epi32(_mm512_min_epi32(_mm512_max_epi32(y1, zero), below_y), width);
+            __m512 p00 = _mm512_i32gather_ps(_mm512_add_epi32(ya, xa), plane, 4);
+            __m512 p01 = _mm512_i32gather_ps(_mm512_add_epi32(ya, xb), plane, 4);
+            __m512 p10 = _mm512_i32gather_ps(_mm512_add_epi32(yb, xa), plane, 4);
+            __m512 p11 = _mm512_i32gather_ps(_mm512_add_epi32(yb, xb), plane, 4);
+            if (constant) {
+                const __m512 f = _mm512_set1_ps(fill);
+                const __mmask16 in_xa = _mm512_cmpgt_epi32_mask(x0, minus_one) & _mm512_cmpgt_epi32_mask(width, x0);
+                const __mmask16 in_xb = _mm512_cmpgt_epi32_mask(x1, minus_one) & _mm512_cmpgt_epi32_mask(width, x1);
+                const __mmask16 in_ya = _mm512_cmpgt_epi32_mask(y0, minus_one) & _mm512_cmpgt_epi32_mask(height, y0);
+                const __mmask16 in_yb = _mm512_cmpgt_epi32_mask(y1, minus_one) & _mm512_cmpgt_epi32_mask(height, y1);
+                p00 = _mm512_mask_blend_ps(in_xa & in_ya, f, p00);
+                p01 = _mm512_mask_blend_ps(in_xb & in_ya, f, p01);
+                p10 = _mm512_mask_blend_ps(in_xa & in_yb, f, p10);
+                p11 = _mm512_mask_blend_ps(in_xb & in_yb, f, p11);
+            }
+            const __m512 top = _mm512_add_ps(p00, _mm512_mul_ps(fx, _mm512_sub_ps(p01, p00)));
+            const __m512 bottom = _mm512_add_ps(p10, _mm512_mul_ps(fx, _mm512_sub_ps(p11, p10)));
+            _mm512_storeu_ps(out + i, _mm512_add_ps(top, _mm512_mul_ps(fy, _mm512_sub_ps(bottom, top))));
         }
     }
 #endif
