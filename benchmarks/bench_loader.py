@@ -63,11 +63,13 @@ class LoaderCase(Case):
 
     def __init__(self, workers, generic=False, mode="thread"):
         self.workers, self.generic, self.mode = workers, generic, mode
-        self.name = f"{path_name(generic)}, {workers} workers" + (", processes" if mode == "process" else "")
+        self.name = f"{path_name(generic)}, {workers} workers" + {"thread": "", "process": ", processes",
+                                                                  "auto": ", auto"}[mode]
 
     def setup(self):
         self.loader = make_pipeline(self.workers, self.generic)
         self.loader.worker_mode = self.mode
+        self.chosen = self.loader.worker_mode     # "auto" reads as the mode it chose
         self.next = 0
 
     def run(self, n):
@@ -231,9 +233,11 @@ def measure(cases, batches, repeats):
 
 def select_cases(groups):
     """(every case to measure, the long-stream loader cases among them)."""
-    # The generic path also with worker processes: what loader.profile() advises for it.
+    # The generic path also with worker processes (what loader.profile() advises for it), and
+    # both paths with the mode left to the default, worker_mode="auto" (workers/choice.py).
     ours = ([LoaderCase(w) for w in (0, 1, 2, 4)] + [LoaderCase(w, generic=True) for w in (0, 2)]
-            + [LoaderCase(2, generic=True, mode="process")] if "loader" in groups else [])
+            + [LoaderCase(2, generic=True, mode="process"), LoaderCase(2, mode="auto"),
+               LoaderCase(2, generic=True, mode="auto")] if "loader" in groups else [])
     cases = [FloorCase(1), FloorCase(2)] + ours
     if groups & {"loader", "epochs", "fresh"}:
         cases.append(CeilingCase())
@@ -287,11 +291,14 @@ def notes(medians, cases, ours, quick):
                      f"handed to the augmentation.")
         fast2 = medians["onemodel_cy fast path, 2 workers"]
         lines.append(f"Fast path 2 workers / 2-thread floor: {fast2 / medians['floor (numpy copy), 2 threads']:.2f}.")
-        for generic, suffix in ((False, ""), (True, ""), (True, ", processes")):
+        for generic, suffix in ((False, ""), (True, ""), (True, ", processes"), (False, ", auto"), (True, ", auto")):
             lines.append(against_ceiling(path_name(generic) + suffix,
                                          medians[f"{path_name(generic)}, 2 workers{suffix}"],
                                          medians[f"{path_name(generic)}, 0 workers"],
                                          medians[ceiling_name(generic)]) + ".")
+        for case in ours:
+            if case.mode == "auto":
+                lines.append(f"worker_mode='auto' ran {case.chosen} workers for the {path_name(case.generic)}.")
     for case in cases:
         long_stream = f"onemodel_cy fast path, {getattr(case, 'workers', None)} workers"
         if getattr(case, "pattern", None) and long_stream in medians:
