@@ -8,9 +8,11 @@ empty or truncated file) is a ``PackError`` naming the record, and nothing is pu
 """
 from __future__ import annotations
 
+import copy
 import io
 import json
 import os
+import re
 import tarfile
 
 import numpy as np
@@ -326,3 +328,93 @@ def test_bad_webdataset(lines, tmp_path):
     for cut in (len(whole) // 2, len(whole) // 2 + 100, 512 * 7):
         (tmp_path / "t.tar").write_bytes(whole[:cut])
         refused(om.WebDatasetSource(tmp_path / "t.tar"), out, r"t\.tar: truncated")
+
+
+# ---------------------------------------------------------------- issue 36, item 5: the files the plan read
+
+def write_container(root, kind, lines):
+    """One container of ``lines`` in the folder ``root`` (made): ``(source, the file it reads)``."""
+    root.mkdir()
+    if kind == "lmdb":
+        return om.LmdbSource(write_lmdb(root / "lines.lmdb", lines)), root / "lines.lmdb" / "data.mdb"
+    if kind == "parquet":
+        return om.ParquetSource(write_parquet(root / "lines.parquet", lines)), root / "lines.parquet"
+    return om.WebDatasetSource(write_tar(root / "lines.tar", wds_members(lines))), root / "lines.tar"
+
+
+def planned_then_replaced(lines, tmp_path, kind, engine):
+    """A container planned as 2 shards, then its file replaced by one of the same records
+    in the reverse order (the same count, texts and images, the same size or nearly: what
+    the plan's texts no longer pair with). ``(shard jobs, the replaced file)``."""
+    from onemodel_cy.data.packs import sharded
+    source, file = write_container(tmp_path / "real", kind, lines)
+    jobs, _, _, _ = sharded.plan(source, 2, labels=None, height=16, mode=None, vocabulary=None, workers=None,
+                                 engine=engine)
+    _, other = write_container(tmp_path / "other", kind, lines[::-1])
+    os.replace(other, file)
+    (tmp_path / "partial").mkdir()
+    return jobs, str(file)
+
+
+def refused_after_the_plan(file) -> str:
+    return (rf"^{re.escape(file)}: .+ where shard shard-00000's task runs \(.+\), .+ where the pack was planned "
+            rf"\(records 0\.\.2 of .+\): the file changed since, or the engine's workers do not see the client's "
+            rf"file at this path")
+
+
+@pytest.mark.parametrize("kind", ["lmdb", "parquet", "webdataset"])
+def test_a_container_replaced_after_the_plan_is_refused_by_its_shard_task(lines, tmp_path, kind):
+    """Issue 36, item 5, on the local engine: each shard task checks that the container's
+    file is the one the plan read its texts from (``Container.identity``); here it was
+    replaced between the plan and the task by the same records in reverse order, which
+    paired each text with another line's image. The task refuses it, naming the file, what
+    the plan saw and what it finds, before it writes anything."""
+    from onemodel_cy.data.packs import sharded
+    jobs, file = planned_then_replaced(lines, tmp_path, kind, "local")
+    with pytest.raises(PackError, match=refused_after_the_plan(file)) as refused_error:
+        sharded.write_shard(str(tmp_path / "partial"), jobs[0])
+    message = str(refused_error.value)
+    found, seen = re.search(r": (.+) where shard .+ runs \(.+\), (.+) where the pack", message).groups()
+    assert found != seen and "bytes" in found and "bytes" in seen
+    assert os.listdir(tmp_path / "partial") == []
+
+
+def test_a_container_folder_that_gains_a_file_after_the_plan_is_refused(lines, tmp_path):
+    """Issue 36, item 5: a folder of tars read as a list of its files by name: a tar added
+    before the planned one moves it, and the task that would read the new one refuses."""
+    from onemodel_cy.data.packs import sharded
+    (tmp_path / "tars").mkdir()
+    write_tar(tmp_path / "tars" / "b.tar", wds_members(lines))
+    jobs, _, _, _ = sharded.plan(om.WebDatasetSource(tmp_path / "tars"), 2, labels=None, height=16, mode=None,
+                                 vocabulary=None, workers=None, engine="local")
+    write_tar(tmp_path / "tars" / "a.tar", wds_members(lines[::-1]))
+    (tmp_path / "partial").mkdir()
+    with pytest.raises(PackError, match=rf"^{re.escape(str(tmp_path / 'tars' / 'b.tar'))}: the file "
+                                        rf"{re.escape(str(tmp_path / 'tars' / 'a.tar'))} where shard shard-00000's "
+                                        rf"task runs"):
+        sharded.write_shard(str(tmp_path / "partial"), jobs[0])
+
+
+@pytest.mark.parametrize("kind", ["lmdb", "parquet"])
+def test_a_container_replaced_while_the_plan_reads_it_is_refused(lines, tmp_path, kind):
+    """Issue 36, item 5: the digest of a partition's texts the client ships is of the texts
+    its plan read, not read again from the file: a file replaced by the same records in
+    reverse order right after the plan read its texts (before the rest of its identity
+    was read) is refused by the task too."""
+    from onemodel_cy.data.packs import sharded
+    source, file = write_container(tmp_path / "real", kind, lines)
+    _, other = write_container(tmp_path / "other", kind, lines[::-1])
+
+    class ReplacedOnceRead(type(source)):
+        def records(self):
+            entries = super().records()
+            os.replace(other, file)
+            return entries
+
+    replaced = copy.copy(source)
+    replaced.__class__ = ReplacedOnceRead
+    jobs, _, _, _ = sharded.plan(replaced, 2, labels=None, height=16, mode=None, vocabulary=None, workers=None,
+                                 engine="local")
+    (tmp_path / "partial").mkdir()
+    with pytest.raises(PackError, match=refused_after_the_plan(str(file))):
+        sharded.write_shard(str(tmp_path / "partial"), jobs[0])

@@ -256,3 +256,40 @@ def test_a_worker_that_finds_other_files_at_the_clients_paths_refuses_them(clien
                                            r"\d+ bytes where the pack was planned \(labels line 2, '01.png'\): the "
                                            r"engine's workers must see the source at the same path as the client"):
         client.submit(sharded.write_shard, str(tmp_path / "partial"), jobs[0], pure=False).result()
+
+
+@pytest.mark.parametrize("kind", ["lmdb", "parquet", "webdataset"])
+def test_a_worker_that_finds_another_container_at_the_clients_path_refuses_it(client, tmp_path, kind):
+    """Issue 36, item 5, for a container: the client records each file of the container as
+    its plan read it (``Container.identity``: its size, what the format says of it, the
+    digest of the partition's texts or tar headers) and ships it in the task, which reads
+    it again on the worker: here the file was replaced after the plan by the same records
+    in reverse order (as a worker of another machine may see another copy at that path; an
+    LMDB of the same size, count and commit). A PackError names the file, what the client
+    saw and what the worker found, and no shard is written."""
+    from test_packs_containers import encoded_lines, planned_then_replaced, refused_after_the_plan
+    jobs, file = planned_then_replaced(encoded_lines(), tmp_path, kind, "dask")
+    with pytest.raises(om.PackError, match=refused_after_the_plan(file)):
+        client.submit(sharded.write_shard, str(tmp_path / "partial"), jobs[0], pure=False).result()
+    assert os.listdir(tmp_path / "partial") == []
+
+
+def test_a_relative_container_is_resolved_on_the_client(client, tmp_path, monkeypatch):
+    """Issue 36, item 5: a container named by a relative path reads the client's file on
+    the workers, whose working folder (here) holds another container of the same name;
+    the pack is the local engine's of the client's container."""
+    from test_packs_containers import encoded_lines, write_container
+    lines = encoded_lines()
+    real, _ = write_container(tmp_path / "real", "lmdb", lines)
+    write_container(tmp_path / "decoy", "lmdb", lines[::-1])
+    before = client.run(os.getcwd)
+    client.run(os.chdir, str(tmp_path / "decoy"))
+    try:
+        monkeypatch.chdir(tmp_path / "real")
+        dask = om.pack_sharded(om.LmdbSource("lines.lmdb"), str(tmp_path / "dask"), shards=3, height=16,
+                               engine=client, progress=False)
+    finally:
+        for address, folder in before.items():
+            client.run(os.chdir, folder, workers=[address])
+    local = om.pack_sharded(real, str(tmp_path / "local"), shards=3, height=16, progress=False)
+    assert_same_as(local.path, dask.path, (0.5, 0.25))

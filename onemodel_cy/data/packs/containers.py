@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import copy
 import glob
+import hashlib
 import os
 
 from onemodel_cy.data.packs.format import PackError
+from onemodel_cy.data.packs.identity import member_headers, parquet_footer, planned_file, value_digest
 
 __all__ = ["Container", "LmdbSource", "ParquetSource", "WebDatasetSource", "FORMATS"]
 
@@ -41,6 +43,15 @@ class Container:
     def where(self, entry) -> str:
         """Where the record ``(position, key, locator, text)`` is, for an error."""
         return f"{self.path}, record {entry[0]} (key {entry[1]!r})"
+
+    def identity(self, entries, planned: bool = False) -> list:
+        """``[(file, {what: value})]``, in order, for the files the records ``entries`` are
+        read from: what identifies each, read without decoding an image. The client records
+        it when it plans a sharded pack; the shard task reads it again where it runs and
+        refuses another file (``sharded.ShardJob.check_container``). ``planned``: the digest
+        of the records' texts is taken from ``entries`` (what the plan read), not the file,
+        so a file replaced while the plan reads it is refused too."""
+        raise NotImplementedError
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.path!r})"
@@ -111,9 +122,12 @@ class LmdbSource(Container):
                 raise ValueError(f"{name} must hold one %d-style field for the record number, received "
                                  f"{pattern!r}") from None
 
+    def data_file(self) -> str:
+        return os.path.join(self.path, "data.mdb") if os.path.isdir(self.path) else self.path
+
     def open(self):
         lmdb = needs("lmdb", "lmdb", "an LMDB")
-        data = os.path.join(self.path, "data.mdb") if os.path.isdir(self.path) else self.path
+        data = self.data_file()
         if not os.path.isfile(data):
             raise PackError(f"{self.path}: no LMDB here ({data} is not a file)")
         if os.path.getsize(data) == 0:
@@ -166,6 +180,33 @@ class LmdbSource(Container):
                 return entries
         finally:
             env.close()
+
+    def identity(self, entries, planned: bool = False) -> list:
+        # The meta page's last transaction and last page are LMDB's own record of the commit
+        # read; with the data file's size and the record count, another LMDB at this path
+        # (or this one written again) differs in at least one of them, but not always (the
+        # same records in another order fill the same pages): so also the digest of the
+        # labels of these records, what the plan read, one lookup each. Not the file's time:
+        # a copy of the LMDB on a worker's machine is the same LMDB.
+        lmdb = needs("lmdb", "lmdb", "an LMDB")
+        env = self.open()
+        texts = hashlib.sha256()
+        try:
+            info = env.info()
+            with env.begin(buffers=True) as txn:
+                raw = txn.get(self.count_key.encode())
+                raw = None if raw is None else bytes(raw)
+                for entry in entries:
+                    value_digest(texts, entry[3].encode() if planned else
+                                 txn.get((self.label_key % (self.first + entry[0])).encode()))
+        except lmdb.Error as error:
+            raise PackError(f"{self.path}: unreadable ({type(error).__name__}: {error})") from None
+        finally:
+            env.close()
+        count = None if raw is None else raw.decode("ascii", "replace").strip()
+        data = self.data_file()
+        return [(data, {"bytes": os.path.getsize(data), self.count_key: count, "last transaction": info["last_txnid"],
+                        "last page": info["last_pgno"], "labels sha256": texts.hexdigest()[:16]})]
 
     def images(self, entries):
         env = self.open()
@@ -246,19 +287,56 @@ class ParquetSource(Container):
             wanted = [e for e in entries if e[2][0] == index]
             if not wanted:
                 continue
-            first, last = wanted[0][2][1], wanted[-1][2][1]
-            groups, start = [], 0
-            for g in range(file.metadata.num_row_groups):
-                end = start + file.metadata.row_group(g).num_rows
-                if start <= last and first < end:
-                    groups.append(g)
-                start = end
-            rows = self.rows(path, file, [self.image_column], groups)
+            rows = self.rows(path, file, [self.image_column], row_groups(file, wanted))
             for position, key, (_, want), _ in wanted:
                 for row, values in rows:
                     if row == want:
                         break
                 yield self.image_bytes(values[self.image_column], f"{path}, row {row} (key {key!r})")
+
+    def identity(self, entries, planned: bool = False) -> list:
+        # A Parquet file's footer (its Thrift FileMetaData) records every row group's and
+        # column chunk's offset, size and statistics: its digest, with the file's size and
+        # row count, tells another file from this one without reading a row; the digest of
+        # these rows' texts (and keys), what the plan read, tells the same rows in another
+        # order too (whose compressed chunks may be of the same size).
+        paths = files_of(self.path, ".parquet", "Parquet")
+        return [planned_file(paths, index, self.file_identity, [e for e in entries if e[2][0] == index], planned)
+                for index in sorted({e[2][0] for e in entries})]
+
+    def file_identity(self, path, wanted, planned) -> dict:
+        pq = needs("pyarrow.parquet", "parquet", "Parquet")
+        identity = parquet_footer(path)
+        texts = hashlib.sha256()
+        for values in (self.planned_texts(wanted) if planned else self.found_texts(pq, path, wanted)):
+            value_digest(texts, values)
+        identity["texts sha256"] = texts.hexdigest()[:16]
+        return identity
+
+    def planned_texts(self, wanted):
+        """The text (and key) of each record of ``wanted``, as UTF-8, as the plan read them."""
+        for _, key, _, text in wanted:
+            yield text.encode()
+            if self.key_column is not None:
+                yield key.encode()
+
+    def found_texts(self, pq, path, wanted):
+        """``planned_texts`` read from the file at ``path`` (None where a row or value is missing)."""
+        try:
+            file = pq.ParquetFile(path)
+        except Exception as error:          # pyarrow's ArrowInvalid / OSError for a damaged file
+            raise PackError(f"{path}: not a readable Parquet file ({error})") from None
+        columns = [self.text_column] + ([self.key_column] if self.key_column is not None else [])
+        rows = self.rows(path, file, columns, row_groups(file, wanted))
+        for _, _, (_, want), _ in wanted:
+            for row, values in rows:
+                if row == want:
+                    break
+            else:
+                values = {}         # fewer rows here than the plan read
+            for column in columns:
+                value = values.get(column)
+                yield value.encode() if isinstance(value, str) else value
 
     def where(self, entry) -> str:
         index, row = entry[2]
@@ -375,6 +453,20 @@ class WebDatasetSource(Container):
             for f in opened.values():
                 f.close()
 
+    def identity(self, entries, planned: bool = False) -> list:
+        # A tar's size moves in steps of 10 KiB (its records), so it says little. What this
+        # partition reads is each record's image member at the offset the plan found: the
+        # 512-byte header just before it is tar's own record of that member (its name, size,
+        # time and checksum), so the digest of those headers, with the file's size, tells
+        # another tar (or another member at that offset) from this one, at one small read
+        # per record, beside the image read anyway.
+        paths = files_of(self.path, ".tar", "WebDataset")
+        identity = []
+        for index in sorted({e[2][0] for e in entries}):
+            offsets = [offset for _, _, (i, offset, _), _ in entries if i == index]
+            identity.append(planned_file(paths, index, member_headers, offsets))
+        return identity
+
     @staticmethod
     def read(path, f, offset, size, where) -> bytes:
         f.seek(offset)
@@ -387,6 +479,18 @@ class WebDatasetSource(Container):
         if path is None:
             path = files_of(self.path, ".tar", "WebDataset")[entry[2][0]]
         return f"{path}, record {entry[0]} (key {entry[1]!r})"
+
+
+def row_groups(file, wanted) -> list:
+    """The row groups of a Parquet ``file`` that hold the rows of ``wanted`` (records of it, in order)."""
+    first, last = wanted[0][2][1], wanted[-1][2][1]
+    groups, start = [], 0
+    for g in range(file.metadata.num_row_groups):
+        end = start + file.metadata.row_group(g).num_rows
+        if start <= last and first < end:
+            groups.append(g)
+        start = end
+    return groups
 
 
 FORMATS = {"lmdb": LmdbSource, "parquet": ParquetSource, "webdataset": WebDatasetSource}

@@ -53,11 +53,14 @@ class ShardJob:
     dataset: object = None      # a dataset: the whole dataset (its items start .. stop - 1 packed)
     container: object = None    # a container (containers.py): its paths and options, its records in entries
     sizes: list = None          # a folder on an engine: the bytes of each entry's file, as the client saw it
+    identity: list = None       # a container: its files this partition reads, as the plan saw them (Container.identity)
 
     def samples(self):
         """``(stream of checked samples, skipped list)`` of this partition, as ``pack`` reads them."""
         if self.sizes is not None:
             self.check_files()
+        if self.identity is not None:
+            self.check_container()
         if self.entries is not None:
             from onemodel_cy.data.packs.sources import decoded
             skipped = []
@@ -81,12 +84,38 @@ class ShardJob:
                                 f"{position + 1}, {name!r}): the engine's workers must see the source at the same "
                                 f"path as the client")
 
+    def check_container(self) -> None:
+        """Where the task runs (an engine's worker, or this process after the plan): each
+        file of the container this partition reads is the one the plan read its texts from
+        (``Container.identity``); another is a ``PackError`` naming the file, what the plan
+        saw and what the task finds, before a shard is written: not another file's images
+        paired with the plan's texts."""
+        try:
+            found = self.container.identity(self.entries)
+        except (OSError, PackError) as error:
+            found = [(path, f"unreadable ({getattr(error, 'strerror', None) or error})") for path, _ in self.identity]
+        for (path, seen), (where, there) in zip(self.identity, found):
+            if where != path:
+                there = f"the file {where}" if where is not None else f"only {there['files']} files"
+            if there != seen:
+                raise PackError(f"{path}: {described(there)} where shard {self.name}'s task runs "
+                                f"({socket.gethostname()}), {described(seen)} where the pack was planned "
+                                f"({self.describe()}): the file changed since, or the engine's workers do not "
+                                f"see the client's file at this path")
+
     def describe(self) -> str:
         if self.source == "folder":
             return f"labels lines {self.entries[0][0] + 1}..{self.entries[-1][0] + 1}"
         if self.entries is not None:
             return f"records {self.entries[0][0]}..{self.entries[-1][0]} of {self.container!r}"
         return f"dataset indices {self.start}..{self.stop - 1}"
+
+
+def described(identity) -> str:
+    """A file's identity (``Container.identity``) as words: ``1234 bytes, rows 7, ...``."""
+    if isinstance(identity, str):
+        return identity
+    return ", ".join(f"{value} bytes" if what == "bytes" else f"{what} {value}" for what, value in identity.items())
 
 
 def write_shard(folder: str, job: ShardJob) -> dict:
@@ -144,8 +173,11 @@ def plan(source, shards, *, labels, height, mode, vocabulary, workers, engine, m
         cut = partitions(len(entries), shards)
         # On an engine, the bytes of each image as the client sees it: the task checks it reads those files.
         sizes = [os.path.getsize(entry[2]) for entry in entries] if engine != "local" and not container else None
+        # A container's files as the plan read them, on every engine (a task runs after the
+        # plan, on the local engine too): cheap (no image read), and its task refuses others.
         return ([ShardJob(shard_name(k), start=a, stop=b, entries=entries[a:b],
-                          sizes=None if sizes is None else sizes[a:b], **common)
+                          sizes=None if sizes is None else sizes[a:b],
+                          identity=source.identity(entries[a:b], planned=True) if container else None, **common)
                  for k, (a, b) in enumerate(cut)], skipped, vocabulary, name)
     if hasattr(source, "get_sample"):
         from onemodel_cy.data.packs.sources import fit_for
