@@ -144,7 +144,7 @@ def test_refusals():
 # --- show --augment: lines before and after onemodel_cy.augment (issue 35 item 4) ---------
 
 from onemodel_cy import augment  # noqa: E402
-from onemodel_cy.cli import AUGMENT_TEXTLINES  # noqa: E402
+from onemodel_cy.cli.show import AUGMENT_TEXTLINES  # noqa: E402
 
 EVERY_OPERATION = {"Stretch", "Affine", "Elastic", "Perspective", "Erode", "Dilate", "GaussianBlur",
                    "BrightnessContrast", "GaussianNoise", "SpeckleNoise", "ImpulseNoise", "Invert"}
