@@ -1,6 +1,7 @@
 """Fuzz ``BufferPool``: the constructor, ``reserve(nbytes, count)``, ``stats()`` and
 ``clear()`` with fuzzed sizes and counts (§5). Stats must stay consistent: never more bytes
 held than ``max_bytes`` allows, never a negative count."""
+import numbers
 import os
 import sys
 
@@ -31,9 +32,12 @@ def TestOneInput(data: bytes):
     for _ in range(d.small(1, 4)):
         nbytes = d.integer(0, 1 << 20) if d.small(0, 7) else d.odd_value()
         count = d.integer(0, 8) if d.small(0, 7) else d.odd_value()
-        if pool.max_bytes > (1 << 26) and isinstance(count, int) and count > 4 \
-                and isinstance(nbytes, int) and nbytes < (1 << 40):
-            count = 4      # a large reservation within a large limit is real memory, not a bug
+        # A large reservation within a large limit is real memory, not a bug (a block takes
+        # at least 4 KiB: 2**20 blocks of 3 bytes under a 4 GiB limit hold 4 GiB). Numpy
+        # integers (odd_value draws them) are integers here too.
+        if pool.max_bytes > (1 << 26) and isinstance(count, numbers.Integral) and count > 4 \
+                and isinstance(nbytes, numbers.Integral) and nbytes < (1 << 40):
+            count = 4
         added = call(pool.reserve, nbytes, count)
         if added is not None:
             check(isinstance(added, int) and 0 <= added <= count, f"reserve returned {added!r}")
