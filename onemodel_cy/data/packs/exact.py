@@ -288,17 +288,13 @@ class RemoteSamples:
     async def _request(self, k: int, start: int, end: int, samples: list) -> None:
         if len(samples) == 1 and end - start > CHUNK:
             return await self._request_large(k, start, end, samples[0])
-        url = self.files[k][1]
         block = await self._ask(k, start, end)
         view, failure = memoryview(block), None
         for i in samples:           # each good sample kept, the first bad one raised after
             lo = int(self.start[i]) - start
             data = view[lo:lo + int(self.length[i])]
             if hashlib.sha256(data).digest() != self.digests[i].tobytes():
-                failure = failure or PackError(
-                    f"{url} (bytes {start + lo}-{start + lo + len(data) - 1}): sample {i - int(self.first[k])} of "
-                    f"this file does not hash to its SHA-256 in sample_sha256.npy (the file was replaced or changed "
-                    f"after packing)")
+                failure = failure or self.mismatch(k, start + lo, start + lo + len(data), i)
                 continue
             write_all(self._out.fd(k), data, start + lo, self.files[k][2], i - int(self.first[k]))
             self.present[i] = PRESENT  # after all its bytes: a reader that sees it reads them
@@ -311,7 +307,7 @@ class RemoteSamples:
         sample (the manifest may record a sample of any size the cache's bound allows).
         It is marked present only if the whole of it hashes to its SHA-256; until then it
         is missing (its bytes in the file are read by no one, and fetched again)."""
-        url, local = self.files[k][1], self.files[k][2]
+        local = self.files[k][2]
         digest = hashlib.sha256()
         for lo in range(start, end, CHUNK):
             block = await self._ask(k, lo, min(lo + CHUNK, end))
@@ -319,10 +315,14 @@ class RemoteSamples:
             write_all(self._out.fd(k), block, lo, local, i - int(self.first[k]))
             del block           # let go before the next piece arrives
         if digest.digest() != self.digests[i].tobytes():
-            raise PackError(f"{url} (bytes {start}-{end - 1}): sample {i - int(self.first[k])} of this file does not "
-                            f"hash to its SHA-256 in sample_sha256.npy (the file was replaced or changed after "
-                            f"packing)")
+            raise self.mismatch(k, start, end, i)
         self.present[i] = PRESENT
+
+    def mismatch(self, k: int, start: int, end: int, i: int) -> PackError:
+        """Sample ``i``'s bytes ``start`` to ``end`` (excluded) of shard file ``k`` are not its SHA-256's."""
+        return PackError(f"{self.files[k][1]} (bytes {start}-{end - 1}): sample {i - int(self.first[k])} of this file "
+                         f"does not hash to its SHA-256 in sample_sha256.npy (the file was replaced or changed after "
+                         f"packing)")
 
 
 async def fill_all(ref, order: np.ndarray, per_request: int) -> None:
