@@ -134,7 +134,7 @@ class BatchStream:
             timer = self._timer            # where the time went (loader.profile())
             timer.begin()
             try:
-                if self.loader.timeout is None:
+                if self.loader.timeout is None:         # no bound: no context on the per-batch path
                     batch = self._take_or_build(g, engine, timer)
                 else:
                     # The loader's timeout bounds the consumer's own waits for a remote pack's
